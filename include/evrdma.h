@@ -1,0 +1,400 @@
+/*
+ * evrdma - event-driven, asynchronous RDMA messaging over libibverbs,
+ * librdmacm and libev.
+ *
+ * Conventions (the same everywhere in this header):
+ *
+ *  - Functions return 0 (or a non-negative value) on success and a negative
+ *    errno on failure; evr_strerror() turns one into text.
+ *  - A call that takes a callback and returns an error never invokes that
+ *    callback.  A call that returns 0 invokes it exactly once, later, from
+ *    loop processing -- never from inside the submitting call -- also when
+ *    the operation fails, is flushed or its connection is closed.
+ *  - Handles are opaque and allocated by the library.  Who owns what, and
+ *    for how long a pointer stays valid, is written on each prototype.
+ *  - A context (evr_ctx) and everything created from it belong to one loop
+ *    and one thread.  No function is thread-safe unless it says so; use one
+ *    ctx per thread.  evr_strerror() and evr_*_opts_init() are thread-safe.
+ */
+#ifndef EVRDMA_H
+#define EVRDMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && __GNUC__ >= 4
+#define EVR_EXPORT __attribute__((visibility("default")))
+#else
+#define EVR_EXPORT
+#endif
+
+struct ev_loop;
+
+#define EVR_VERSION_MAJOR 0
+#define EVR_VERSION_MINOR 1
+#define EVR_VERSION_PATCH 0
+
+/** Most user bytes a connect request (or a reject) may carry. */
+#define EVR_MAX_USER_DATA 32
+
+typedef struct evr_ctx evr_ctx;
+typedef struct evr_listener evr_listener;
+typedef struct evr_conn evr_conn;
+typedef struct evr_conn_req evr_conn_req;
+typedef struct evr_mr evr_mr;
+typedef struct evr_msg evr_msg;
+
+/* ------------------------------------------------------------------------ */
+/* Errors and logging                                                       */
+
+/** Text for a negative errno returned by this library (never NULL). */
+EVR_EXPORT const char *evr_strerror(int err);
+/** Symbolic name ("ECONNREFUSED") for a negative errno (never NULL). */
+EVR_EXPORT const char *evr_err_name(int err);
+
+enum evr_log_level {
+	EVR_LOG_ERROR = 0,
+	EVR_LOG_WARN = 1,
+	EVR_LOG_INFO = 2,
+	EVR_LOG_DEBUG = 3,
+};
+
+/**
+ * Log sink.  msg is a complete line without a trailing newline, valid only
+ * during the call.  Logging is off unless a sink is set in the ctx options
+ * or the environment variable EVR_LOG is set to error|warn|info|debug, in
+ * which case lines go to stderr.
+ */
+typedef void (*evr_log_fn)(enum evr_log_level level, const char *msg,
+			   void *arg);
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                  */
+
+/** Completion handling modes; see README "Completion modes". */
+enum evr_mode {
+	EVR_MODE_EVENT = 0,    /**< CQs armed, the loop sleeps until events */
+	EVR_MODE_POLL = 1,     /**< CQs polled every loop iteration */
+	EVR_MODE_ADAPTIVE = 2, /**< EVENT when idle, POLL under load */
+};
+
+EVR_EXPORT const char *evr_mode_str(enum evr_mode mode);
+
+struct evr_ctx_opts {
+	/** RDMA device name ("rxe0"); NULL: the device of local_addr, else
+	 *  the EVR_DEVICE environment variable, else the first device. */
+	const char *device;
+	/** A local IP address whose device the ctx binds to (or NULL). */
+	const char *local_addr;
+	enum evr_mode mode;	 /**< default EVR_MODE_ADAPTIVE */
+	unsigned sq_depth;	 /**< send WRs per connection, default 256 */
+	unsigned recv_depth;	 /**< receive buffers per connection, default 64 */
+	size_t eager_size;	 /**< largest eager payload, default 8192 */
+	size_t max_msg_size;	 /**< largest message accepted, default 64 MiB */
+	unsigned signal_interval; /**< signal 1 send WR in N, default 16 */
+	unsigned connect_timeout_ms; /**< default 5000 */
+	unsigned close_timeout_ms;   /**< graceful close bound, default 5000 */
+	size_t send_queue_limit;     /**< bytes queued per conn, default 64 MiB */
+	size_t send_queue_lowat;     /**< on_drain below this, default limit/2 */
+	/* Adaptive mode (also EVR_ADAPT_* environment variables). */
+	unsigned adapt_up_rate;	     /**< wakeups/s that switch to POLL */
+	unsigned adapt_up_batch;     /**< completions/wakeup that switch */
+	unsigned adapt_quiet_us;     /**< idle time that switches back */
+	evr_log_fn log_fn;	     /**< NULL: stderr if EVR_LOG is set */
+	void *log_arg;
+	enum evr_log_level log_level; /**< default EVR_LOG_WARN with log_fn */
+};
+
+/** Fill opts with the defaults.  Always call it before setting fields. */
+EVR_EXPORT void evr_ctx_opts_init(struct evr_ctx_opts *opts);
+
+/**
+ * Create a context on loop (a libev loop the caller runs), or on a private
+ * loop when loop is NULL (drive it with evr_ctx_run() or the embedding
+ * calls below).  Opens the device, allocates the PD, the CQ(s) with their
+ * completion channel, the rdma_cm event channel and starts the watchers.
+ * On success *out is owned by the caller until evr_ctx_destroy().
+ */
+EVR_EXPORT int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
+			      const struct evr_ctx_opts *opts);
+
+/**
+ * Destroy a context.  Every connection and listener still open is aborted:
+ * pending operations complete with -ECANCELED, connect callbacks with
+ * -ECANCELED, close callbacks with -ECANCELED -- from inside this call,
+ * which is the one exception to "never inside the call".  Registered
+ * memory (evr_mr) still open is deregistered.  Must not be called from a
+ * callback of this ctx.
+ */
+EVR_EXPORT void evr_ctx_destroy(evr_ctx *ctx);
+
+/** The libev loop the ctx runs on (the private one if created with NULL). */
+EVR_EXPORT struct ev_loop *evr_ctx_loop(evr_ctx *ctx);
+
+/** Name of the RDMA device the ctx is bound to ("rxe0"). */
+EVR_EXPORT const char *evr_ctx_device(const evr_ctx *ctx);
+
+/** Switch the completion mode at run time. */
+EVR_EXPORT int evr_ctx_set_mode(evr_ctx *ctx, enum evr_mode mode);
+/** The mode currently in effect (EVENT or POLL while ADAPTIVE). */
+EVR_EXPORT enum evr_mode evr_ctx_mode(const evr_ctx *ctx);
+
+struct evr_stats {
+	uint64_t wakeups;	  /**< completion-channel events handled */
+	uint64_t polls;		  /**< ibv_poll_cq calls */
+	uint64_t empty_polls;	  /**< of which returned nothing */
+	uint64_t completions;	  /**< work completions processed */
+	uint64_t post_send_calls; /**< ibv_post_send calls */
+	uint64_t send_wrs;	  /**< send WRs posted */
+	uint64_t signaled_wrs;	  /**< of which signaled */
+	uint64_t recv_wrs;	  /**< receive WRs posted */
+	uint64_t mode_switches;	  /**< adaptive EVENT<->POLL switches */
+	uint64_t msgs_sent, msgs_recv;
+	uint64_t bytes_sent, bytes_recv;
+	uint64_t rndv_sent, rndv_recv;
+	uint64_t credit_updates;  /**< explicit credit messages sent */
+	uint64_t cq_resizes;	  /**< CQ grown (resize or extra CQ) */
+	uint32_t conns;		  /**< open connections */
+	uint32_t cq_count;	  /**< CQs in use */
+	uint32_t cq_capacity;	  /**< total CQEs of all CQs */
+	uint32_t cq_reserved;	  /**< CQEs the open QPs may need */
+	enum evr_mode mode;	  /**< mode in effect now */
+};
+
+EVR_EXPORT void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out);
+
+/** Called on each adaptive mode switch (from loop processing). */
+typedef void (*evr_mode_cb)(evr_ctx *ctx, enum evr_mode now, void *arg);
+EVR_EXPORT void evr_ctx_on_mode_switch(evr_ctx *ctx, evr_mode_cb cb,
+				       void *arg);
+
+/**
+ * Run the private loop until evr_ctx_stop() is called or nothing is left
+ * to do.  -EINVAL for a ctx on a user loop (run that loop instead).
+ */
+EVR_EXPORT int evr_ctx_run(evr_ctx *ctx);
+/** Make evr_ctx_run() return after the current iteration. */
+EVR_EXPORT void evr_ctx_stop(evr_ctx *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Connections                                                              */
+
+/** Connection established (status 0) or failed (negative errno).  When
+ *  status < 0 the conn handle is freed as soon as this returns and no
+ *  other callback of it fires. */
+typedef void (*evr_connect_cb)(evr_conn *conn, int status, void *arg);
+
+/** A whole message.  data is valid only during the call unless the
+ *  callback takes it with evr_conn_hold(). */
+typedef void (*evr_recv_cb)(evr_conn *conn, const void *data, size_t len,
+			    void *arg);
+
+/** The peer wrote with immediate data (evr_write_imm). */
+typedef void (*evr_imm_cb)(evr_conn *conn, uint32_t imm, void *arg);
+
+/** The last callback of an established conn: fired exactly once, after
+ *  every pending operation's callback, when the conn ends -- status 0 after
+ *  a graceful evr_conn_close(), -ECANCELED after an abort, -ECONNRESET when
+ *  the peer disconnected, or the error that killed it (-EPROTO, -EIO,
+ *  -ETIMEDOUT, ...).  The handle is freed when it returns. */
+typedef void (*evr_close_cb)(evr_conn *conn, int status, void *arg);
+
+/** Queued send bytes fell below the low-watermark after the queue had
+ *  reached the limit (an evr_send returned -ENOBUFS). */
+typedef void (*evr_drain_cb)(evr_conn *conn, void *arg);
+
+struct evr_conn_opts {
+	evr_connect_cb on_connect;
+	evr_recv_cb on_recv;
+	evr_imm_cb on_imm;
+	evr_close_cb on_close;
+	evr_drain_cb on_drain;
+	void *arg; /**< passed to every callback of the conn */
+	/** User bytes sent with the connect request (evr_connect only). */
+	const void *user_data;
+	size_t user_len; /**< at most EVR_MAX_USER_DATA */
+	unsigned timeout_ms; /**< connect bound; 0: the ctx default */
+};
+
+EVR_EXPORT void evr_conn_opts_init(struct evr_conn_opts *opts);
+
+/**
+ * Connect to host:port (an IPv4 or IPv6 literal or a name) through rdma_cm.
+ * opts->on_connect fires once with 0 or: -ECONNREFUSED (no listener, or the
+ * peer rejected: see evr_conn_reject_reason()), -ETIMEDOUT, -EHOSTUNREACH,
+ * -EADDRNOTAVAIL / -ENETUNREACH (address or route resolution), -ENODEV (the
+ * address is on another device than the ctx's), -EPROTO (peer answered
+ * with a bad handshake).  *out (may be NULL) receives the handle, owned
+ * by the library; it is valid until on_connect fails or on_close returns.
+ * Sends may be issued before the connection is up; they are queued.
+ */
+EVR_EXPORT int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
+			   const struct evr_conn_opts *opts, evr_conn **out);
+
+/** evr_conn_close() flags. */
+#define EVR_CLOSE_ABORT 1u /**< do not flush: pending ops get -ECANCELED */
+
+/**
+ * Close a connection.  Graceful by default: queued and in-flight sends
+ * complete first (bounded by close_timeout_ms, then abort).  on_close (or,
+ * for a conn still connecting, on_connect with -ECANCELED) fires later.
+ * Safe from inside any callback.  -EALREADY if already closing.
+ */
+EVR_EXPORT int evr_conn_close(evr_conn *conn, unsigned flags);
+
+/** User arg of the conn; settable (e.g. from the accept callback). */
+EVR_EXPORT void *evr_conn_arg(const evr_conn *conn);
+EVR_EXPORT void evr_conn_set_arg(evr_conn *conn, void *arg);
+
+/** Reject reason bytes of a refused connect, valid during on_connect. */
+EVR_EXPORT const void *evr_conn_reject_reason(const evr_conn *conn,
+					      size_t *len);
+
+/** Negotiated limits and state, for diagnostics. */
+struct evr_conn_info {
+	size_t peer_max_msg;	/**< largest message the peer accepts */
+	size_t peer_eager_size; /**< largest eager payload the peer accepts */
+	unsigned peer_recv_depth;
+	unsigned send_credits;	/**< credits available now */
+	size_t queued_bytes;	/**< bytes waiting in the send queue */
+	const char *state;	/**< state name, for logs */
+};
+EVR_EXPORT int evr_conn_info(const evr_conn *conn, struct evr_conn_info *out);
+
+/* ------------------------------------------------------------------------ */
+/* Listening                                                                */
+
+/**
+ * An incoming connection request, valid only during the accept callback.
+ * The callback must answer it with evr_accept() or evr_reject(); if it
+ * does neither, the request is rejected.
+ */
+typedef void (*evr_accept_cb)(evr_listener *l, evr_conn_req *req,
+			      const void *user_data, size_t user_len,
+			      void *arg);
+
+/**
+ * Listen on host:port (host NULL or "0.0.0.0" or "::" for any).  port 0
+ * picks a free port: see evr_listener_port().  On success *out is owned by
+ * the caller until evr_listener_close().
+ */
+EVR_EXPORT int evr_listen(evr_ctx *ctx, const char *host, uint16_t port,
+			  int backlog, evr_accept_cb cb, void *arg,
+			  evr_listener **out);
+EVR_EXPORT uint16_t evr_listener_port(const evr_listener *l);
+/** Stop listening and free the listener (synchronous; no callback). */
+EVR_EXPORT void evr_listener_close(evr_listener *l);
+
+/**
+ * Accept a request with the given callbacks (on_connect fires once the
+ * connection is established, or with an error).  *out (may be NULL)
+ * receives the handle, as for evr_connect().
+ */
+EVR_EXPORT int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
+			  evr_conn **out);
+/** Reject a request; the connector sees -ECONNREFUSED and these bytes. */
+EVR_EXPORT int evr_reject(evr_conn_req *req, const void *reason, size_t len);
+
+/* ------------------------------------------------------------------------ */
+/* Messages                                                                 */
+
+/** Completion of a send or one-sided operation. */
+typedef void (*evr_op_cb)(evr_conn *conn, int status, void *arg);
+
+/**
+ * Send one message of len bytes (0 .. the peer's maximum).  The buffer is
+ * the caller's and must stay valid and unchanged until cb fires (large
+ * messages are read from it by the peer).  cb may be NULL.  Errors:
+ * -EMSGSIZE (too large for the peer), -ENOBUFS (the send queue holds
+ * send_queue_limit bytes; wait for on_drain), -EPIPE (closing or closed),
+ * -ENOMEM.  Messages are delivered in order, whole, exactly once.
+ */
+EVR_EXPORT int evr_send(evr_conn *conn, const void *buf, size_t len,
+			evr_op_cb cb, void *arg);
+/** Vectored evr_send: the iovecs are gathered into one message; the
+ *  iov array may be reused at once, the buffers it points to may not. */
+EVR_EXPORT int evr_sendv(evr_conn *conn, const struct iovec *iov, int iovcnt,
+			 evr_op_cb cb, void *arg);
+
+/**
+ * Keep the message being delivered past its on_recv callback (call only
+ * from on_recv).  Its memory stays valid, and its receive credit stays
+ * with this side, until evr_msg_release().  The handle outlives the conn.
+ */
+EVR_EXPORT evr_msg *evr_conn_hold(evr_conn *conn);
+EVR_EXPORT const void *evr_msg_data(const evr_msg *msg);
+EVR_EXPORT size_t evr_msg_len(const evr_msg *msg);
+/** Release a held message; the buffer returns to the receive ring. */
+EVR_EXPORT void evr_msg_release(evr_msg *msg);
+
+/* ------------------------------------------------------------------------ */
+/* Registered memory and one-sided operations                               */
+
+#define EVR_ACCESS_LOCAL 0u	  /**< local use only */
+#define EVR_ACCESS_REMOTE_READ 1u
+#define EVR_ACCESS_REMOTE_WRITE 2u
+#define EVR_ACCESS_REMOTE_ATOMIC 4u
+
+/** Register [addr, addr+len) with the ctx's PD.  The memory stays the
+ *  caller's; it must outlive the registration. */
+EVR_EXPORT int evr_mr_reg(evr_ctx *ctx, void *addr, size_t len,
+			  unsigned access, evr_mr **out);
+/** Deregister; -EBUSY while operations that use it are pending. */
+EVR_EXPORT int evr_mr_dereg(evr_mr *mr);
+EVR_EXPORT void *evr_mr_addr(const evr_mr *mr);
+EVR_EXPORT size_t evr_mr_len(const evr_mr *mr);
+
+/** What a peer needs to access a region: pass it in a message. */
+struct evr_rkey {
+	uint64_t addr;
+	uint64_t len;
+	uint32_t rkey;
+};
+#define EVR_RKEY_PACKED_SIZE 20
+
+EVR_EXPORT void evr_mr_rkey(const evr_mr *mr, struct evr_rkey *out);
+/** Byte-order independent encoding (little endian) for the wire. */
+EVR_EXPORT void evr_rkey_pack(const struct evr_rkey *rk,
+			      uint8_t out[EVR_RKEY_PACKED_SIZE]);
+EVR_EXPORT void evr_rkey_unpack(struct evr_rkey *rk,
+				const uint8_t in[EVR_RKEY_PACKED_SIZE]);
+
+/**
+ * RDMA WRITE len bytes from lmr+loff to the peer's region rk at roff.
+ * Bounds are checked against both regions (-ERANGE).  cb fires once when
+ * the write is complete at the peer (or failed).
+ */
+EVR_EXPORT int evr_write(evr_conn *conn, evr_mr *lmr, size_t loff,
+			 const struct evr_rkey *rk, uint64_t roff, size_t len,
+			 evr_op_cb cb, void *arg);
+/** RDMA WRITE with immediate data: the peer's on_imm fires with imm after
+ *  the data is in place.  Uses a receive credit like a send. */
+EVR_EXPORT int evr_write_imm(evr_conn *conn, evr_mr *lmr, size_t loff,
+			     const struct evr_rkey *rk, uint64_t roff,
+			     size_t len, uint32_t imm, evr_op_cb cb, void *arg);
+/** RDMA READ len bytes of the peer's region rk at roff into lmr+loff. */
+EVR_EXPORT int evr_read(evr_conn *conn, evr_mr *lmr, size_t loff,
+			const struct evr_rkey *rk, uint64_t roff, size_t len,
+			evr_op_cb cb, void *arg);
+/** Atomic fetch-and-add on the 8-byte word at rk+roff (8-aligned); the
+ *  old value lands in lmr+loff (8 bytes, host order). */
+EVR_EXPORT int evr_fetch_add(evr_conn *conn, evr_mr *lmr, size_t loff,
+			     const struct evr_rkey *rk, uint64_t roff,
+			     uint64_t add, evr_op_cb cb, void *arg);
+/** Atomic compare-and-swap: if *(rk+roff) == compare it becomes swap; the
+ *  old value lands in lmr+loff either way. */
+EVR_EXPORT int evr_cmp_swap(evr_conn *conn, evr_mr *lmr, size_t loff,
+			    const struct evr_rkey *rk, uint64_t roff,
+			    uint64_t compare, uint64_t swap, evr_op_cb cb,
+			    void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* EVRDMA_H */

@@ -1,0 +1,85 @@
+/*
+ * Adaptive mode rules.
+ *
+ * EVENT -> POLL when the completion channel is busy: either one wakeup
+ * brought at least up_batch completions (a burst that polling would have
+ * picked up without the interrupt and syscalls), or the wakeup rate over a
+ * window of window_us reached up_rate per second.
+ *
+ * POLL -> EVENT after quiet_us without a single completion.  The two
+ * thresholds form a hysteresis band: at a load of r wakeups per second the
+ * machine goes up only when r >= up_rate and comes down only when the gaps
+ * exceed quiet_us, i.e. r < 1e6 / quiet_us, so with the defaults
+ * (up_rate 2000/s, quiet 1000 us) a load between 1000/s and 2000/s keeps
+ * whichever mode it is in and never flaps.  The caller arms the CQs and
+ * polls once more on the way down, so nothing that raced the arm is lost.
+ */
+#include "config.h"
+
+#include "adapt.h"
+
+void evr__adapt_init(struct evr__adapt *a, const struct evr__adapt_cfg *cfg,
+		     uint64_t now_ns)
+{
+	a->cfg = *cfg;
+	if (a->cfg.window_us == 0)
+		a->cfg.window_us = 10000;
+	a->polling = false;
+	a->win_start_ns = now_ns;
+	a->win_wakeups = 0;
+	a->last_busy_ns = now_ns;
+	a->switches = 0;
+}
+
+void evr__adapt_force(struct evr__adapt *a, bool polling, uint64_t now_ns)
+{
+	a->polling = polling;
+	a->win_start_ns = now_ns;
+	a->win_wakeups = 0;
+	a->last_busy_ns = now_ns;
+}
+
+bool evr__adapt_wakeup(struct evr__adapt *a, uint64_t now_ns, unsigned ncqe)
+{
+	uint64_t win_ns = (uint64_t)a->cfg.window_us * 1000;
+	uint64_t need;
+
+	if (a->polling)
+		return false;
+	if (ncqe > 0)
+		a->last_busy_ns = now_ns;
+	if (now_ns - a->win_start_ns >= win_ns) {
+		a->win_start_ns = now_ns;
+		a->win_wakeups = 0;
+	}
+	a->win_wakeups++;
+	/* wakeups needed in one window to reach up_rate per second */
+	need = ((uint64_t)a->cfg.up_rate * a->cfg.window_us + 999999) / 1000000;
+	if (need < 2)
+		need = 2;
+	if ((a->cfg.up_batch && ncqe >= a->cfg.up_batch) ||
+	    (a->cfg.up_rate && a->win_wakeups >= need)) {
+		a->polling = true;
+		a->last_busy_ns = now_ns;
+		a->switches++;
+		return true;
+	}
+	return false;
+}
+
+bool evr__adapt_poll(struct evr__adapt *a, uint64_t now_ns, unsigned ncqe)
+{
+	if (!a->polling)
+		return false;
+	if (ncqe > 0) {
+		a->last_busy_ns = now_ns;
+		return false;
+	}
+	if (now_ns - a->last_busy_ns < (uint64_t)a->cfg.quiet_us * 1000)
+		return false;
+	a->polling = false;
+	a->win_start_ns = now_ns;
+	a->win_wakeups = 0;
+	a->switches++;
+	return true;
+}

@@ -1,0 +1,549 @@
+/*
+ * rdma_cm: listening, connecting, accepting and rejecting, and the event
+ * channel that drives them.
+ *
+ * Every event is copied (private data included) and acknowledged at once,
+ * before it is handled: handlers may then destroy the cm_id the event was
+ * for without deadlocking in rdma_destroy_id.  Each RDMA_CM_EVENT_* is
+ * handled by name; an event that does not fit the conn's state is logged
+ * and fails that conn.
+ *
+ * Active side:  RESOLVING_ADDR -> RESOLVING_ROUTE -> CONNECTING ->
+ *               ESTABLISHED (the REP's private data gives the peer's
+ *               limits).
+ * Passive side: CONNECT_REQUEST (validated REQ) -> the user's accept
+ *               callback -> ACCEPTING -> ESTABLISHED.
+ * Addresses are numeric (IPv4 or IPv6): name resolution would block.
+ */
+#include "evrdma-int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cm_ev {
+	enum rdma_cm_event_type type;
+	int status;
+	struct rdma_cm_id *id, *listen_id;
+	uint8_t pd[256];
+	size_t pdlen;
+};
+
+const char *evr__cm_event_str(enum rdma_cm_event_type t)
+{
+	return rdma_event_str(t);
+}
+
+static int parse_addr(const char *host, uint16_t port, bool passive,
+		      struct sockaddr_storage *ss)
+{
+	struct addrinfo hints, *res = NULL;
+	char pstr[8];
+	int rc;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV |
+			 (passive ? AI_PASSIVE : 0);
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	snprintf(pstr, sizeof(pstr), "%u", port);
+	rc = getaddrinfo(host, pstr, &hints, &res);
+	if (rc || !res)
+		return -EINVAL;
+	memset(ss, 0, sizeof(*ss));
+	memcpy(ss, res->ai_addr, res->ai_addrlen);
+	freeaddrinfo(res);
+	return 0;
+}
+
+static void conn_param(evr_ctx *ctx, struct rdma_conn_param *p,
+		       const void *pd, size_t len)
+{
+	int rd = EVR__MIN(ctx->dattr.max_qp_rd_atom,
+			  ctx->dattr.max_qp_init_rd_atom);
+
+	memset(p, 0, sizeof(*p));
+	p->private_data = pd;
+	p->private_data_len = (uint8_t)len;
+	p->responder_resources = (uint8_t)EVR__MIN(rd, 16);
+	p->initiator_depth = (uint8_t)EVR__MIN(rd, 16);
+	/* Bounded transport retries: 7 means "forever" to some providers,
+	 * and a dead peer must end in an error.  No RNR retries at all: the
+	 * credit protocol guarantees a posted receive for every send, so an
+	 * RNR NAK is a bug that must surface, not be papered over. */
+	p->retry_count = 6;
+	p->rnr_retry_count = 0;
+}
+
+/* ---- active side ---- */
+
+int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
+		const struct evr_conn_opts *opts, evr_conn **out)
+{
+	struct sockaddr_storage dst;
+	struct evr_conn_opts dflt;
+	unsigned tmo;
+	evr_conn *c;
+	int err;
+
+	if (!ctx || !host || !port)
+		return -EINVAL;
+	if (!opts) {
+		evr_conn_opts_init(&dflt);
+		opts = &dflt;
+	}
+	if (opts->user_len > EVR_MAX_USER_DATA ||
+	    (opts->user_len && !opts->user_data))
+		return -EINVAL;
+	if (ctx->destroying)
+		return -EPIPE;
+	err = parse_addr(host, port, false, &dst);
+	if (err)
+		return err;
+	c = evr__conn_new(ctx, NULL, true, opts);
+	if (!c)
+		return -ENOMEM;
+	if (rdma_create_id(ctx->cm_ch, &c->id, c, RDMA_PS_TCP)) {
+		err = -errno;
+		goto err_free;
+	}
+	tmo = opts->timeout_ms ? opts->timeout_ms : ctx->o.connect_timeout_ms;
+	c->state = EVR_CS_RESOLVING_ADDR;
+	if (rdma_resolve_addr(c->id, NULL, (struct sockaddr *)&dst,
+			      (int)EVR__MAX(tmo / 2, 100u))) {
+		err = -errno;
+		EVR_INFO(ctx, "rdma_resolve_addr(%s): %s", host,
+			 evr_strerror(err));
+		goto err_free;
+	}
+	ev_timer_set(&c->timer, tmo / 1000.0, 0.);
+	ev_timer_start(ctx->loop, &c->timer);
+	if (out)
+		*out = c;
+	return 0;
+
+err_free:
+	/* nothing was posted: release without callbacks */
+	c->notified = true;
+	c->state = EVR_CS_DEAD;
+	evr__conn_kick(c); /* freed by the loop, without callbacks */
+	return err;
+}
+
+static void on_addr_resolved(evr_conn *c)
+{
+	evr_ctx *ctx = c->ctx;
+	unsigned tmo = c->o.timeout_ms ? c->o.timeout_ms
+				       : ctx->o.connect_timeout_ms;
+	int err;
+
+	if (c->id->verbs != ctx->verbs) {
+		EVR_WARN(ctx, "address resolves to device %s, ctx is on %s",
+			 c->id->verbs ? ibv_get_device_name(c->id->verbs->device)
+				      : "(none)",
+			 ctx->devname);
+		evr__conn_fail(c, -ENODEV);
+		return;
+	}
+	err = evr__conn_setup_qp(c);
+	if (err) {
+		evr__conn_fail(c, err);
+		return;
+	}
+	if (rdma_resolve_route(c->id, (int)EVR__MAX(tmo / 2, 100u))) {
+		evr__conn_fail(c, -errno);
+		return;
+	}
+	c->state = EVR_CS_RESOLVING_ROUTE;
+}
+
+static void on_route_resolved(evr_conn *c)
+{
+	struct rdma_conn_param p;
+	uint8_t buf[EVR_HS_MAX];
+	struct evr__hs hs;
+	size_t n;
+
+	evr__conn_fill_hs(c, &hs);
+	hs.kind = EVR_HS_REQ;
+	hs.user_len = (uint8_t)c->ulen;
+	memcpy(hs.user, c->udata, c->ulen);
+	n = evr__hs_encode(buf, &hs);
+	conn_param(c->ctx, &p, buf, n);
+	if (rdma_connect(c->id, &p)) {
+		evr__conn_fail(c, -errno);
+		return;
+	}
+	c->state = EVR_CS_CONNECTING;
+}
+
+static void on_rejected(evr_conn *c, const struct cm_ev *e)
+{
+	struct evr__hs hs;
+	const char *why;
+
+	if (evr__hs_decode(e->pd, e->pdlen, &hs, &why) == 0 &&
+	    hs.kind == EVR_HS_REJ) {
+		c->rej_len = hs.user_len;
+		memcpy(c->rej, hs.user, hs.user_len);
+	}
+	EVR_INFO(c->ctx, "connect rejected (cm status %d)%s", e->status,
+		 c->rej_len ? " with a reason" : "");
+	evr__conn_fail(c, -ECONNREFUSED);
+}
+
+static void on_established(evr_conn *c, const struct cm_ev *e)
+{
+	struct evr__hs hs;
+	const char *why;
+
+	if (c->active) {
+		if (evr__hs_decode(e->pd, e->pdlen, &hs, &why) ||
+		    hs.kind != EVR_HS_REP) {
+			EVR_WARN(c->ctx, "bad accept from peer: %s",
+				 hs.kind != EVR_HS_REP && !why ? "not a reply"
+							       : why);
+			evr__conn_fail(c, -EPROTO);
+			return;
+		}
+		evr__conn_set_peer(c, &hs);
+	}
+	evr__conn_established(c);
+}
+
+static int errno_or(int status, int dflt)
+{
+	return status < 0 ? status : dflt;
+}
+
+static void conn_event(evr_conn *c, const struct cm_ev *e)
+{
+	evr_ctx *ctx = c->ctx;
+	enum evr__conn_state s = c->state;
+
+	EVR_DBG(ctx, "conn %p: %s (status %d) in state %s", (void *)c,
+		evr__cm_event_str(e->type), e->status,
+		evr__conn_state_str(s));
+	switch (e->type) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		if (s != EVR_CS_RESOLVING_ADDR)
+			goto unexpected;
+		on_addr_resolved(c);
+		break;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+		evr__conn_fail(c, errno_or(e->status, -EADDRNOTAVAIL));
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		if (s != EVR_CS_RESOLVING_ROUTE)
+			goto unexpected;
+		on_route_resolved(c);
+		break;
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+		evr__conn_fail(c, errno_or(e->status, -ENETUNREACH));
+		break;
+	case RDMA_CM_EVENT_UNREACHABLE:
+		evr__conn_fail(c, e->status == -ETIMEDOUT ? -ETIMEDOUT
+							  : -EHOSTUNREACH);
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		if (s != EVR_CS_CONNECTING && s != EVR_CS_ACCEPTING)
+			goto unexpected;
+		on_rejected(c, e);
+		break;
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		evr__conn_fail(c, errno_or(e->status, -ECONNRESET));
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		if (s != EVR_CS_CONNECTING && s != EVR_CS_ACCEPTING)
+			goto unexpected;
+		on_established(c, e);
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+		if (s == EVR_CS_DISCONNECTING || s == EVR_CS_DEAD) {
+			evr__conn_kick(c);
+			break;
+		}
+		EVR_DBG(ctx, "peer disconnected");
+		evr__conn_fail(c, -ECONNRESET);
+		break;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		EVR_ERR(ctx, "RDMA device removed");
+		evr__conn_fail(c, -ENODEV);
+		break;
+	case RDMA_CM_EVENT_ADDR_CHANGE:
+		EVR_WARN(ctx, "local address changed: failing the connection");
+		evr__conn_fail(c, -ENETRESET);
+		break;
+	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+		break;
+	case RDMA_CM_EVENT_CONNECT_REQUEST:
+	case RDMA_CM_EVENT_CONNECT_RESPONSE:
+	case RDMA_CM_EVENT_MULTICAST_JOIN:
+	case RDMA_CM_EVENT_MULTICAST_ERROR:
+	default:
+		goto unexpected;
+	}
+	return;
+
+unexpected:
+	if (s >= EVR_CS_DISCONNECTING)
+		return; /* late events of a conn on its way out */
+	EVR_WARN(ctx, "unexpected rdma_cm event %s in state %s",
+		 evr__cm_event_str(e->type), evr__conn_state_str(s));
+	evr__conn_fail(c, -EPROTO);
+}
+
+/* ---- passive side ---- */
+
+int evr_listen(evr_ctx *ctx, const char *host, uint16_t port, int backlog,
+	       evr_accept_cb cb, void *arg, evr_listener **out)
+{
+	struct sockaddr_storage ss;
+	evr_listener *l;
+	int err;
+
+	if (!ctx || !cb || !out)
+		return -EINVAL;
+	err = parse_addr(host ? host : "0.0.0.0", port, true, &ss);
+	if (err)
+		return err;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return -ENOMEM;
+	l->cm_kind = EVR_CM_LISTENER;
+	l->ctx = ctx;
+	l->cb = cb;
+	l->arg = arg;
+	evr__list_init(&l->link);
+	if (rdma_create_id(ctx->cm_ch, &l->id, l, RDMA_PS_TCP)) {
+		err = -errno;
+		goto err_free;
+	}
+	if (rdma_bind_addr(l->id, (struct sockaddr *)&ss)) {
+		err = -errno;
+		goto err_destroy;
+	}
+	if (l->id->verbs && l->id->verbs != ctx->verbs) {
+		EVR_ERR(ctx, "%s is on device %s, ctx is on %s", host,
+			ibv_get_device_name(l->id->verbs->device),
+			ctx->devname);
+		err = -ENODEV;
+		goto err_destroy;
+	}
+	if (rdma_listen(l->id, backlog > 0 ? backlog : 128)) {
+		err = -errno;
+		goto err_destroy;
+	}
+	l->port = ntohs(rdma_get_src_port(l->id));
+	evr__list_add_tail(&ctx->listeners, &l->link);
+	*out = l;
+	return 0;
+
+err_destroy:
+	rdma_destroy_id(l->id);
+err_free:
+	free(l);
+	return err;
+}
+
+uint16_t evr_listener_port(const evr_listener *l)
+{
+	return l->port;
+}
+
+void evr_listener_close(evr_listener *l)
+{
+	if (!l)
+		return;
+	evr__list_del(&l->link);
+	rdma_destroy_id(l->id);
+	free(l);
+}
+
+static void reject_id(struct rdma_cm_id *id, const char *reason)
+{
+	uint8_t buf[EVR_HS_MAX];
+	struct evr__hs hs;
+	size_t n;
+
+	memset(&hs, 0, sizeof(hs));
+	hs.kind = EVR_HS_REJ;
+	n = EVR__MIN(strlen(reason), sizeof(hs.user));
+	hs.user_len = (uint8_t)n;
+	memcpy(hs.user, reason, n);
+	n = evr__hs_encode(buf, &hs);
+	rdma_reject(id, buf, (uint8_t)n);
+}
+
+static void on_connect_request(evr_ctx *ctx, const struct cm_ev *e)
+{
+	evr_listener *l = e->listen_id ? e->listen_id->context : NULL;
+	struct evr_conn_req req;
+	const char *why = NULL;
+
+	memset(&req, 0, sizeof(req));
+	if (!l || l->cm_kind != EVR_CM_LISTENER) {
+		rdma_reject(e->id, NULL, 0);
+		rdma_destroy_id(e->id);
+		return;
+	}
+	if (e->id->verbs != ctx->verbs) {
+		EVR_WARN(ctx, "connect request on device %s, ctx is on %s",
+			 ibv_get_device_name(e->id->verbs->device),
+			 ctx->devname);
+		reject_id(e->id, "wrong device");
+		rdma_destroy_id(e->id);
+		return;
+	}
+	if (evr__hs_decode(e->pd, e->pdlen, &req.hs, &why) ||
+	    req.hs.kind != EVR_HS_REQ) {
+		EVR_WARN(ctx, "rejecting a connect request: %s",
+			 why ? why : "not a connect request");
+		reject_id(e->id, "bad handshake");
+		rdma_destroy_id(e->id);
+		return;
+	}
+	req.l = l;
+	req.id = e->id;
+	e->id->context = NULL;
+	l->cb(l, &req, req.hs.user, req.hs.user_len, l->arg);
+	if (!req.answered) {
+		reject_id(e->id, "not accepted");
+		rdma_destroy_id(e->id);
+	}
+}
+
+int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
+	       evr_conn **out)
+{
+	struct evr_conn_opts dflt;
+	struct rdma_conn_param p;
+	uint8_t buf[EVR_HS_MAX];
+	struct evr__hs hs;
+	evr_ctx *ctx;
+	evr_conn *c;
+	size_t n;
+	int err;
+
+	if (!req || req->answered)
+		return -EINVAL;
+	if (!opts) {
+		evr_conn_opts_init(&dflt);
+		opts = &dflt;
+	}
+	ctx = req->l->ctx;
+	c = evr__conn_new(ctx, req->id, false, opts);
+	if (!c)
+		return -ENOMEM;
+	c->ulen = 0;
+	c->state = EVR_CS_ACCEPTING;
+	evr__conn_set_peer(c, &req->hs);
+	err = evr__conn_setup_qp(c);
+	if (err)
+		goto err_release;
+	evr__conn_fill_hs(c, &hs);
+	hs.kind = EVR_HS_REP;
+	n = evr__hs_encode(buf, &hs);
+	conn_param(ctx, &p, buf, n);
+	p.responder_resources = (uint8_t)EVR__MIN(
+		p.responder_resources, EVR__MAX(req->hs.recv_depth, 1));
+	req->id->context = c;
+	if (rdma_accept(req->id, &p)) {
+		err = -errno;
+		goto err_release;
+	}
+	req->answered = true;
+	ev_timer_set(&c->timer,
+		     (opts->timeout_ms ? opts->timeout_ms
+				       : ctx->o.connect_timeout_ms) /
+			     1000.0,
+		     0.);
+	ev_timer_start(ctx->loop, &c->timer);
+	if (out)
+		*out = c;
+	return 0;
+
+err_release:
+	/* the conn owns the id now: reject, then tear down (flushing any
+	 * receives already posted) without callbacks */
+	EVR_WARN(ctx, "accept failed: %s", evr_strerror(err));
+	reject_id(req->id, "accept failed");
+	req->answered = true;
+	req->id->context = c;
+	c->notified = true;
+	c->state = EVR_CS_DEAD;
+	evr__conn_kick(c);
+	return err;
+}
+
+int evr_reject(evr_conn_req *req, const void *reason, size_t len)
+{
+	uint8_t buf[EVR_HS_MAX];
+	struct evr__hs hs;
+	size_t n;
+
+	if (!req || req->answered || len > EVR_MAX_USER_DATA ||
+	    (len && !reason))
+		return -EINVAL;
+	memset(&hs, 0, sizeof(hs));
+	hs.kind = EVR_HS_REJ;
+	hs.user_len = (uint8_t)len;
+	if (len)
+		memcpy(hs.user, reason, len);
+	n = evr__hs_encode(buf, &hs);
+	req->answered = true;
+	if (rdma_reject(req->id, buf, (uint8_t)n)) {
+		int err = -errno;
+
+		rdma_destroy_id(req->id);
+		return err;
+	}
+	rdma_destroy_id(req->id);
+	return 0;
+}
+
+/* ---- the event channel ---- */
+
+void evr__cm_on_channel(struct ev_loop *loop, ev_io *w, int revents)
+{
+	evr_ctx *ctx = evr__container_of(w, evr_ctx, cm_w);
+	struct rdma_cm_event *ev;
+	struct cm_ev e;
+
+	(void)loop;
+	(void)revents;
+	while (rdma_get_cm_event(ctx->cm_ch, &ev) == 0) {
+		e.type = ev->event;
+		e.status = ev->status;
+		e.id = ev->id;
+		e.listen_id = ev->listen_id;
+		e.pdlen = 0;
+		if (ev->param.conn.private_data &&
+		    ev->param.conn.private_data_len) {
+			e.pdlen = EVR__MIN((size_t)ev->param.conn
+						   .private_data_len,
+					   sizeof(e.pd));
+			memcpy(e.pd, ev->param.conn.private_data, e.pdlen);
+		}
+		rdma_ack_cm_event(ev);
+
+		if (e.type == RDMA_CM_EVENT_CONNECT_REQUEST) {
+			on_connect_request(ctx, &e);
+		} else if (e.id && e.id->context) {
+			uint8_t kind = *(uint8_t *)e.id->context;
+
+			if (kind == EVR_CM_CONN)
+				conn_event(e.id->context, &e);
+			else
+				EVR_INFO(ctx, "listener event %s",
+					 evr__cm_event_str(e.type));
+		} else {
+			EVR_DBG(ctx, "event %s for an id without owner",
+				evr__cm_event_str(e.type));
+		}
+		evr__ctx_progress(ctx);
+	}
+}

@@ -1,0 +1,625 @@
+/*
+ * Connection lifecycle: QP setup, the flush of queued work onto the QP,
+ * failure, graceful close and teardown.
+ *
+ * A conn is freed only when none of its work requests can still produce a
+ * completion: its QP is moved to the error state, every posted WR comes
+ * back (flushed), and only then are the QP and cm_id destroyed and the
+ * last user callback fired.  If the flushes do not arrive within a bound,
+ * the user is told anyway (pending callbacks fire with -ECANCELED) and the
+ * conn lingers as a zombie, without callbacks, until they do or the ctx is
+ * destroyed -- so a stale wr_id can never point at freed memory.
+ */
+#include "evrdma-int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EVR_FLUSH_BOUND_MS 3000
+
+const char *evr__conn_state_str(enum evr__conn_state s)
+{
+	static const char *const names[] = {
+		[EVR_CS_RESOLVING_ADDR] = "resolving-addr",
+		[EVR_CS_RESOLVING_ROUTE] = "resolving-route",
+		[EVR_CS_CONNECTING] = "connecting",
+		[EVR_CS_ACCEPTING] = "accepting",
+		[EVR_CS_ESTABLISHED] = "established",
+		[EVR_CS_CLOSING] = "closing",
+		[EVR_CS_DISCONNECTING] = "disconnecting",
+		[EVR_CS_DEAD] = "dead",
+	};
+
+	return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s]
+							      : "unknown";
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *w, int revents);
+
+void evr_conn_opts_init(struct evr_conn_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+}
+
+evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
+			const struct evr_conn_opts *opts)
+{
+	evr_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->cm_kind = EVR_CM_CONN;
+	c->ctx = ctx;
+	c->id = id;
+	c->active = active;
+	c->o = *opts;
+	c->o.user_data = NULL;
+	if (opts->user_data && opts->user_len) {
+		c->ulen = EVR__MIN(opts->user_len, sizeof(c->udata));
+		memcpy(c->udata, opts->user_data, c->ulen);
+	}
+	c->recv_depth = ctx->o.recv_depth;
+	evr__opq_init(&c->sendq);
+	evr__opq_init(&c->ctrlq);
+	ev_timer_init(&c->timer, on_timer, 0., 0.);
+	evr__list_add_tail(&ctx->conns, &c->link);
+	ctx->st.conns++;
+	return c;
+}
+
+void evr__conn_fill_hs(const evr_conn *c, struct evr__hs *hs)
+{
+	memset(hs, 0, sizeof(*hs));
+	hs->recv_depth = (uint16_t)c->recv_depth;
+	hs->max_eager = c->ctx->max_eager;
+	hs->max_msg = c->ctx->o.max_msg_size;
+}
+
+void evr__conn_set_peer(evr_conn *c, const struct evr__hs *hs)
+{
+	c->peer_depth = hs->recv_depth;
+	c->peer_max_eager = hs->max_eager;
+	c->peer_max_msg = hs->max_msg;
+	evr__credit_init(&c->cr, hs->recv_depth, c->recv_depth);
+}
+
+static void timer_start(evr_conn *c, unsigned ms)
+{
+	ev_timer_stop(c->ctx->loop, &c->timer);
+	ev_timer_set(&c->timer, ms / 1000.0, 0.);
+	ev_timer_start(c->ctx->loop, &c->timer);
+}
+
+/* Post the receive buffers on c->repost as one chain.  Re-posted buffers
+ * become credits owed to the peer (announce); the initial ones are not:
+ * the handshake's recv_depth already told the peer about them. */
+static void post_recvs(evr_conn *c, bool announce)
+{
+	struct ibv_recv_wr wrs[64], *bad;
+	struct ibv_sge sges[64];
+	unsigned n = 0;
+	int rc;
+
+	while (c->repost) {
+		struct evr__buf *b = c->repost;
+
+		if (c->qp_err || !c->qp) {
+			c->repost = b->next_free;
+			evr__pool_put(&c->ctx->pool, b);
+			continue;
+		}
+		for (n = 0; n < 64 && c->repost; n++) {
+			b = c->repost;
+			c->repost = b->next_free;
+			b->op.conn = c;
+			b->op.kind = EVR_OP_RECV;
+			sges[n].addr = (uintptr_t)b->data;
+			sges[n].length = b->size;
+			sges[n].lkey = b->lkey;
+			wrs[n].wr_id = (uintptr_t)&b->op;
+			wrs[n].sg_list = &sges[n];
+			wrs[n].num_sge = 1;
+			wrs[n].next = c->repost && n + 1 < 64 ? &wrs[n + 1]
+							       : NULL;
+		}
+		rc = evr__post_recv(c->qp, wrs, &bad);
+		if (rc) {
+			unsigned i;
+
+			EVR_ERR(c->ctx, "ibv_post_recv failed: %s",
+				evr_strerror(rc));
+			for (i = 0; i < n; i++) {
+				if (&wrs[i] == bad)
+					break;
+				c->recv_posted++;
+			}
+			for (; i < n; i++)
+				evr__pool_put(&c->ctx->pool,
+					      evr__container_of(
+						      (struct evr__op *)(uintptr_t)
+							      wrs[i]
+								      .wr_id,
+						      struct evr__buf, op));
+			evr__conn_fail(c, rc);
+			continue;
+		}
+		c->recv_posted += n;
+		c->ctx->st.recv_wrs += n;
+		if (announce)
+			evr__credit_reposted(&c->cr, n);
+	}
+	c->nrepost = 0;
+}
+
+int evr__conn_setup_qp(evr_conn *c)
+{
+	evr_ctx *ctx = c->ctx;
+	struct ibv_qp_init_attr a;
+	unsigned need = ctx->o.sq_depth + c->recv_depth, i;
+	int err;
+
+	err = evr__cq_attach(ctx, need, &c->cq);
+	if (err)
+		return err;
+	memset(&a, 0, sizeof(a));
+	a.qp_context = c;
+	a.send_cq = a.recv_cq = c->cq->cq;
+	a.qp_type = IBV_QPT_RC;
+	a.cap.max_send_wr = ctx->o.sq_depth;
+	a.cap.max_recv_wr = c->recv_depth;
+	a.cap.max_send_sge = 1;
+	a.cap.max_recv_sge = 1;
+	a.cap.max_inline_data = 64;
+	if (rdma_create_qp(c->id, ctx->pd, &a)) {
+		a.cap.max_inline_data = 0;
+		if (rdma_create_qp(c->id, ctx->pd, &a)) {
+			err = errno ? -errno : -ENOMEM;
+			EVR_ERR(ctx, "rdma_create_qp failed: %s",
+				evr_strerror(err));
+			evr__cq_detach(ctx, c->cq, need);
+			c->cq = NULL;
+			return err;
+		}
+	}
+	c->qp = c->id->qp;
+	ctx->max_inline = a.cap.max_inline_data;
+	evr__sq_init(&c->sq, c->qp, ctx->o.sq_depth, ctx->o.signal_interval,
+		     evr__conn_sq_done, &ctx->st);
+	for (i = 0; i < c->recv_depth; i++) {
+		struct evr__buf *b = evr__pool_get(&ctx->pool);
+
+		if (!b)
+			return -ENOMEM; /* teardown returns what was taken */
+		b->next_free = c->repost;
+		c->repost = b;
+	}
+	post_recvs(c, false);
+	return c->qp_err ? -EIO : 0;
+}
+
+static void parked_process(evr_conn *c)
+{
+	struct evr__buf *b;
+
+	while ((b = c->early)) {
+		c->early = b->next_free;
+		if (!c->early)
+			c->early_tail = NULL;
+		b->next_free = NULL;
+		if (c->state == EVR_CS_ESTABLISHED ||
+		    c->state == EVR_CS_CLOSING) {
+			struct ibv_wc wc;
+
+			memset(&wc, 0, sizeof(wc));
+			wc.status = IBV_WC_SUCCESS;
+			wc.byte_len = b->byte_len;
+			wc.opcode = (enum ibv_wc_opcode)b->opcode;
+			wc.imm_data = b->imm;
+			c->recv_posted++; /* recv_done counts it off again */
+			evr__recv_done(c, b, &wc);
+		} else {
+			evr__pool_put(&c->ctx->pool, b);
+		}
+	}
+}
+
+void evr__conn_established(evr_conn *c)
+{
+	ev_timer_stop(c->ctx->loop, &c->timer);
+	c->state = EVR_CS_ESTABLISHED;
+	c->established = true;
+	EVR_DBG(c->ctx, "conn %p established (peer depth %u, eager %u)",
+		(void *)c, c->peer_depth, c->peer_max_eager);
+	if (c->o.on_connect)
+		c->o.on_connect(c, 0, c->o.arg);
+	parked_process(c);
+	evr__conn_dirty(c);
+}
+
+void evr__conn_fail(evr_conn *c, int err)
+{
+	if (c->state == EVR_CS_DEAD || c->state == EVR_CS_DISCONNECTING) {
+		evr__conn_kick(c);
+		return;
+	}
+	if (!c->error)
+		c->error = err;
+	EVR_DBG(c->ctx, "conn %p fails in state %s: %s", (void *)c,
+		evr__conn_state_str(c->state), evr_err_name(err));
+	c->state = EVR_CS_DEAD;
+	evr__conn_kick(c);
+}
+
+int evr_conn_close(evr_conn *c, unsigned flags)
+{
+	if (!c || (flags & ~EVR_CLOSE_ABORT))
+		return -EINVAL;
+	if (c->state >= EVR_CS_CLOSING || c->notified)
+		return -EALREADY;
+	if (!c->established) {
+		/* still connecting: on_connect will report -ECANCELED */
+		c->error = -ECANCELED;
+		c->state = EVR_CS_DEAD;
+		evr__conn_kick(c);
+		return 0;
+	}
+	if (flags & EVR_CLOSE_ABORT) {
+		c->abort = true;
+		c->error = -ECANCELED;
+		c->state = EVR_CS_DEAD;
+	} else {
+		c->state = EVR_CS_CLOSING;
+		timer_start(c, c->ctx->o.close_timeout_ms);
+	}
+	evr__conn_kick(c);
+	return 0;
+}
+
+static void qp_to_error(evr_conn *c)
+{
+	struct ibv_qp_attr attr;
+
+	if (!c->qp || c->qp_err)
+		return;
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IBV_QPS_ERR;
+	if (ibv_modify_qp(c->qp, &attr, IBV_QP_STATE))
+		EVR_WARN(c->ctx, "moving qp %u to the error state failed",
+			 c->qp->qp_num);
+	c->qp_err = true;
+}
+
+static void fail_queued(evr_conn *c, int status)
+{
+	struct evr__op *op;
+
+	while ((op = evr__opq_pop(&c->ctrlq)))
+		evr__conn_sq_done(op, status);
+	while ((op = evr__opq_pop(&c->sendq))) {
+		c->queued_bytes -= op->qbytes;
+		op->qbytes = 0;
+		evr__conn_sq_done(op, status);
+	}
+	evr__rndv_fail_waiting(c, status);
+	evr__rx_free_all(c, status);
+}
+
+static void notify_user(evr_conn *c)
+{
+	int status = c->error;
+
+	if (c->notified)
+		return;
+	c->notified = true;
+	if (c->established) {
+		if (c->o.on_close)
+			c->o.on_close(c, status, c->o.arg);
+	} else {
+		if (!status)
+			status = -ECANCELED;
+		if (c->o.on_connect)
+			c->o.on_connect(c, status, c->o.arg);
+	}
+}
+
+static void conn_release(evr_conn *c)
+{
+	evr_ctx *ctx = c->ctx;
+	struct evr__buf *b;
+
+	ev_timer_stop(ctx->loop, &c->timer);
+	if (c->qp) {
+		rdma_destroy_qp(c->id);
+		c->qp = NULL;
+	}
+	if (c->cq) {
+		evr__cq_detach(ctx, c->cq, ctx->o.sq_depth + c->recv_depth);
+		c->cq = NULL;
+	}
+	if (c->id) {
+		rdma_destroy_id(c->id);
+		c->id = NULL;
+	}
+	while ((b = c->repost)) {
+		c->repost = b->next_free;
+		evr__pool_put(&ctx->pool, b);
+	}
+	while ((b = c->early)) {
+		c->early = b->next_free;
+		evr__pool_put(&ctx->pool, b);
+	}
+	evr__msg_detach_held(c);
+	if (c->on_flush) {
+		/* unlink from the flush list */
+		evr_conn **pp = &ctx->flush;
+
+		while (*pp && *pp != c)
+			pp = &(*pp)->flush_next;
+		if (*pp)
+			*pp = c->flush_next;
+	}
+	if (c->on_work) {
+		evr_conn **pp = &ctx->work;
+
+		while (*pp && *pp != c)
+			pp = &(*pp)->work_next;
+		if (*pp)
+			*pp = c->work_next;
+	}
+	evr__list_del(&c->link);
+	ctx->st.conns--;
+	free(c);
+}
+
+/* Orphan the posted ops: their callbacks fire now with -ECANCELED, their
+ * memory stays until the flush completions come (or the ctx goes). */
+static void orphan_posted(evr_conn *c)
+{
+	struct evr__op *op;
+
+	for (op = c->sq.posted.head; op; op = op->next) {
+		if (op->cb) {
+			evr_op_cb cb = op->cb;
+
+			op->cb = NULL;
+			cb(c, -ECANCELED, op->arg);
+		}
+	}
+}
+
+/* One step of a conn's state machine, run from evr__ctx_progress(). */
+void evr__conn_step(evr_conn *c)
+{
+	evr_ctx *ctx = c->ctx;
+	int status;
+
+	switch (c->state) {
+	case EVR_CS_CLOSING:
+		if (c->sendq.n || c->ctrlq.n || c->sq.outstanding ||
+		    c->wait_head || c->rx_head)
+			return; /* still draining; the flush kicks us again */
+		if (!c->disconnected) {
+			c->disconnected = true;
+			if (rdma_disconnect(c->id))
+				EVR_DBG(ctx, "rdma_disconnect: %s",
+					evr_err_name(-errno));
+		}
+		qp_to_error(c);
+		c->state = EVR_CS_DISCONNECTING;
+		timer_start(c, EVR_FLUSH_BOUND_MS);
+		/* fall through */
+	case EVR_CS_DISCONNECTING:
+	case EVR_CS_DEAD:
+		break;
+	default:
+		return;
+	}
+
+	if (c->state == EVR_CS_DEAD && !c->qp_err) {
+		if (c->established && !c->disconnected && c->id) {
+			c->disconnected = true;
+			rdma_disconnect(c->id); /* tell the peer now */
+		}
+		qp_to_error(c);
+		if (c->qp)
+			timer_start(c, EVR_FLUSH_BOUND_MS);
+	}
+	status = c->abort ? -ECANCELED : (c->error ? c->error : -ECANCELED);
+	fail_queued(c, status);
+	if (c->repost)
+		post_recvs(c, true); /* back to the pool: QP in error */
+	if (c->sq.outstanding || c->recv_posted) {
+		if (!c->zombie)
+			return; /* flushes will kick us */
+		return;
+	}
+	if (!c->zombie)
+		notify_user(c);
+	conn_release(c);
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	evr_conn *c = evr__container_of(w, evr_conn, timer);
+	evr_ctx *ctx = c->ctx;
+
+	(void)loop;
+	(void)revents;
+	switch (c->state) {
+	case EVR_CS_RESOLVING_ADDR:
+	case EVR_CS_RESOLVING_ROUTE:
+	case EVR_CS_CONNECTING:
+	case EVR_CS_ACCEPTING:
+		EVR_INFO(ctx, "connect timed out in state %s",
+			 evr__conn_state_str(c->state));
+		evr__conn_fail(c, -ETIMEDOUT);
+		break;
+	case EVR_CS_CLOSING:
+		EVR_WARN(ctx, "graceful close timed out: aborting");
+		c->error = -ETIMEDOUT;
+		c->state = EVR_CS_DEAD;
+		evr__conn_kick(c);
+		break;
+	case EVR_CS_DISCONNECTING:
+	case EVR_CS_DEAD:
+		if (!c->sq.outstanding && !c->recv_posted)
+			break;
+		EVR_WARN(ctx,
+			 "qp %u: %u send / %u receive WRs not flushed after "
+			 "%d ms; closing without them",
+			 c->qp ? c->qp->qp_num : 0, c->sq.outstanding,
+			 c->recv_posted, EVR_FLUSH_BOUND_MS);
+		c->zombie = true;
+		orphan_posted(c);
+		notify_user(c);
+		evr__list_del(&c->link);
+		evr__list_add_tail(&ctx->zombies, &c->link);
+		break;
+	default:
+		break;
+	}
+	evr__ctx_progress(ctx);
+}
+
+/* Completion of one op of this conn, in posting order (sq.c), or of a
+ * queued op that failed before it was posted. */
+void evr__conn_sq_done(struct evr__op *op, int status)
+{
+	evr__msg_op_done(op, status);
+}
+
+/* Post what can be posted: receives first (they are what the credits we
+ * return stand for), then control messages and rendezvous reads, then the
+ * user's ops in order, as one chain. */
+void evr__conn_flush(evr_conn *c)
+{
+	evr_ctx *ctx = c->ctx;
+	struct evr__op *op;
+	int err;
+
+	if (c->repost)
+		post_recvs(c, true);
+	if (c->qp_err || !c->qp ||
+	    (c->state != EVR_CS_ESTABLISHED && c->state != EVR_CS_CLOSING))
+		return;
+
+	while ((op = c->ctrlq.head) && evr__sq_room(&c->sq) > 0) {
+		if (op->credit && !evr__credit_can(&c->cr, true))
+			break;
+		evr__opq_pop(&c->ctrlq);
+		err = evr__msg_prepare(c, op);
+		if (err) {
+			evr__conn_sq_done(op, err);
+			continue;
+		}
+		if (op->credit)
+			evr__credit_take(&c->cr, true);
+		evr__sq_add(&c->sq, op);
+	}
+	while ((op = c->sendq.head) && evr__sq_room(&c->sq) > 0) {
+		if (op->credit && !evr__credit_can(&c->cr, false))
+			break;
+		evr__opq_pop(&c->sendq);
+		c->queued_bytes -= op->qbytes;
+		op->qbytes = 0;
+		err = evr__msg_prepare(c, op);
+		if (err) {
+			evr__conn_sq_done(op, err);
+			continue;
+		}
+		if (op->credit)
+			evr__credit_take(&c->cr, false);
+		evr__sq_add(&c->sq, op);
+	}
+	if (evr__credit_need_update(&c->cr) && evr__credit_can(&c->cr, true) &&
+	    evr__sq_room(&c->sq) > 0) {
+		op = evr__op_alloc(ctx);
+		if (op) {
+			op->conn = c;
+			op->kind = EVR_OP_CTRL;
+			op->ctrl_type = EVR_T_CREDIT;
+			op->credit = op->ctrl = true;
+			if (evr__msg_prepare(c, op) == 0) {
+				evr__credit_take(&c->cr, true);
+				evr__sq_add(&c->sq, op);
+				ctx->st.credit_updates++;
+			} else {
+				evr__op_free(ctx, op);
+			}
+		}
+	}
+	err = evr__sq_commit(&c->sq);
+	if (err) {
+		EVR_ERR(ctx, "ibv_post_send failed: %s", evr_strerror(err));
+		evr__conn_fail(c, err);
+	}
+	if (c->over_limit && c->queued_bytes <= ctx->o.send_queue_lowat) {
+		c->over_limit = false;
+		if (c->o.on_drain)
+			c->o.on_drain(c, c->o.arg);
+	}
+	if (c->state == EVR_CS_CLOSING)
+		evr__conn_kick(c);
+}
+
+/* ctx destroy: everything still open ends now, callbacks included. */
+void evr__conn_free_all(evr_ctx *ctx)
+{
+	struct evr__list *pos, *tmp;
+	int pass;
+
+	for (pass = 0; pass < 2; pass++) {
+		struct evr__list *head = pass ? &ctx->zombies : &ctx->conns;
+
+		evr__list_for_each_safe(pos, tmp, head)
+		{
+			evr_conn *c = evr__container_of(pos, evr_conn, link);
+
+			if (!c->error)
+				c->error = -ECANCELED;
+			if (c->state != EVR_CS_DEAD)
+				c->state = EVR_CS_DEAD;
+			qp_to_error(c);
+			fail_queued(c, -ECANCELED);
+			evr__sq_abandon(&c->sq, -ECANCELED);
+			c->recv_posted = 0;
+			if (!c->zombie)
+				notify_user(c);
+			conn_release(c);
+		}
+	}
+	/* ops completed above may have queued more deferred work */
+	while (ctx->done.head)
+		evr__conn_sq_done(evr__opq_pop(&ctx->done), -ECANCELED);
+}
+
+void *evr_conn_arg(const evr_conn *c)
+{
+	return c->o.arg;
+}
+
+void evr_conn_set_arg(evr_conn *c, void *arg)
+{
+	c->o.arg = arg;
+}
+
+const void *evr_conn_reject_reason(const evr_conn *c, size_t *len)
+{
+	if (len)
+		*len = c->rej_len;
+	return c->rej_len ? c->rej : NULL;
+}
+
+int evr_conn_info(const evr_conn *c, struct evr_conn_info *out)
+{
+	if (!c || !out)
+		return -EINVAL;
+	out->peer_max_msg = c->peer_max_msg;
+	out->peer_eager_size = c->peer_max_eager;
+	out->peer_recv_depth = c->peer_depth;
+	out->send_credits = c->cr.avail;
+	out->queued_bytes = c->queued_bytes;
+	out->state = evr__conn_state_str(c->state);
+	return 0;
+}

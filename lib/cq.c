@@ -1,0 +1,291 @@
+/*
+ * Completion queues and the completion path.
+ *
+ * All CQs of a ctx share one completion channel whose fd is watched by an
+ * ev_io.  When it fires: drain ibv_get_cq_event until EAGAIN (acks are
+ * counted and given back in batches: ibv_ack_cq_events takes a mutex),
+ * poll every CQ that signalled until it is empty, re-arm it, and poll
+ * once more -- a completion that landed between the last empty poll and
+ * the arm raises no event, and without that last poll it would wait for
+ * the next unrelated completion (see test_cq's "raced arm" case).
+ *
+ * A CQ is shared by many QPs.  Its depth is kept at least 20 % above the
+ * sum of (SQ depth + RQ depth) of its QPs, so it cannot overflow: every
+ * outstanding WR has a CQE slot.  When a QP would break that bound the CQ
+ * is resized, and when resizing is impossible a new CQ is created.
+ */
+#include "evrdma-int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#define EVR_CQ_BATCH 32	    /* WCs per ibv_poll_cq */
+#define EVR_CQ_ACK_BATCH 64 /* events acknowledged at once */
+#define EVR_CQ_MIN 1024
+
+static unsigned cq_needed(unsigned reserved)
+{
+	return reserved + (reserved + 4) / 5; /* +20 % */
+}
+
+static int cq_create(evr_ctx *ctx, unsigned cqe, struct evr__cq **out)
+{
+	struct evr__cq *c = calloc(1, sizeof(*c));
+	int err;
+
+	if (!c)
+		return -ENOMEM;
+	c->ctx = ctx;
+	c->cq = ibv_create_cq(ctx->verbs, (int)cqe, c, ctx->ch, 0);
+	if (!c->cq) {
+		err = errno ? -errno : -ENOMEM;
+		EVR_ERR(ctx, "ibv_create_cq(%u) failed: %s", cqe,
+			evr_strerror(err));
+		free(c);
+		return err;
+	}
+	c->cqe = (unsigned)c->cq->cqe;
+	if (!ctx->polling) {
+		err = evr__req_notify_cq(c->cq, 0);
+		if (err) {
+			ibv_destroy_cq(c->cq);
+			free(c);
+			return err;
+		}
+		c->armed = true;
+	}
+	evr__list_add_tail(&ctx->cqs, &c->link);
+	ctx->st.cq_count++;
+	ctx->st.cq_capacity += c->cqe;
+	*out = c;
+	return 0;
+}
+
+int evr__cq_attach(evr_ctx *ctx, unsigned need, struct evr__cq **out)
+{
+	unsigned max = (unsigned)ctx->dattr.max_cqe;
+	struct evr__list *pos, *tmp;
+	struct evr__cq *c, *grow = NULL;
+	unsigned want;
+	int err;
+
+	if (cq_needed(need) > max)
+		return -EINVAL;
+	evr__list_for_each_safe(pos, tmp, &ctx->cqs)
+	{
+		c = evr__container_of(pos, struct evr__cq, link);
+		if (cq_needed(c->reserved + need) <= c->cqe)
+			goto found;
+		if (!grow && cq_needed(c->reserved + need) <= max)
+			grow = c;
+	}
+	if (grow) {
+		/* grow geometrically, bounded by the device */
+		want = EVR__MIN(EVR__MAX(cq_needed(grow->reserved + need),
+					 grow->cqe * 2),
+				max);
+		err = ibv_resize_cq(grow->cq, (int)want);
+		if (err == 0 && (unsigned)grow->cq->cqe >= want) {
+			ctx->st.cq_capacity += (unsigned)grow->cq->cqe -
+					       grow->cqe;
+			grow->cqe = (unsigned)grow->cq->cqe;
+			ctx->st.cq_resizes++;
+			EVR_DBG(ctx, "CQ resized to %u CQEs", grow->cqe);
+			c = grow;
+			goto found;
+		}
+		EVR_INFO(ctx, "ibv_resize_cq(%u) failed (%d): adding a CQ",
+			 want, err);
+	}
+	want = EVR__MIN(EVR__MAX(cq_needed(need) * 4, EVR_CQ_MIN), max);
+	err = cq_create(ctx, want, &c);
+	if (err)
+		return err;
+	if (ctx->st.cq_count > 1)
+		ctx->st.cq_resizes++;
+found:
+	c->reserved += need;
+	c->nqp++;
+	ctx->st.cq_reserved += need;
+	*out = c;
+	return 0;
+}
+
+void evr__cq_detach(evr_ctx *ctx, struct evr__cq *c, unsigned need)
+{
+	c->reserved -= need;
+	c->nqp--;
+	ctx->st.cq_reserved -= need;
+}
+
+void evr__cq_destroy_all(evr_ctx *ctx)
+{
+	struct evr__list *pos, *tmp;
+
+	evr__list_for_each_safe(pos, tmp, &ctx->cqs)
+	{
+		struct evr__cq *c = evr__container_of(pos, struct evr__cq,
+						      link);
+
+		/* every event must be acknowledged before the destroy */
+		if (c->unacked)
+			evr__ack_cq_events(c->cq, c->unacked);
+		if (ibv_destroy_cq(c->cq))
+			EVR_ERR(ctx, "ibv_destroy_cq failed");
+		evr__list_del(&c->link);
+		free(c);
+	}
+	ctx->st.cq_count = 0;
+	ctx->st.cq_capacity = 0;
+}
+
+int evr__wc_errno(enum ibv_wc_status st)
+{
+	switch (st) {
+	case IBV_WC_SUCCESS:
+		return 0;
+	case IBV_WC_WR_FLUSH_ERR:
+		return -ECANCELED;
+	case IBV_WC_RETRY_EXC_ERR:
+	case IBV_WC_RESP_TIMEOUT_ERR:
+		return -ETIMEDOUT;
+	case IBV_WC_RNR_RETRY_EXC_ERR:
+		return -ENOBUFS;
+	case IBV_WC_LOC_LEN_ERR:
+		return -EMSGSIZE;
+	case IBV_WC_LOC_PROT_ERR:
+	case IBV_WC_LOC_ACCESS_ERR:
+		return -EFAULT;
+	case IBV_WC_REM_ACCESS_ERR:
+		return -EACCES;
+	case IBV_WC_REM_INV_REQ_ERR:
+	case IBV_WC_REM_INV_RD_REQ_ERR:
+		return -EINVAL;
+	case IBV_WC_REM_OP_ERR:
+	case IBV_WC_REM_ABORT_ERR:
+		return -EREMOTEIO;
+	default:
+		return -EIO;
+	}
+}
+
+void evr__dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc)
+{
+	struct evr__op *op = (struct evr__op *)(uintptr_t)wc->wr_id;
+	int status = evr__wc_errno(wc->status);
+	evr_conn *c = op->conn;
+
+	if (status && status != -ECANCELED)
+		EVR_WARN(ctx, "work completion error on qp %u: %s (vendor 0x%x)",
+			 wc->qp_num, ibv_wc_status_str(wc->status),
+			 wc->vendor_err);
+	if (op->kind == EVR_OP_RECV) {
+		evr__recv_done(c, evr__container_of(op, struct evr__buf, op),
+			       wc);
+		return;
+	}
+	evr__sq_complete(&c->sq, op, status);
+	if (status)
+		evr__conn_fail(c, status);
+	else if (c->state >= EVR_CS_CLOSING)
+		evr__conn_kick(c);
+}
+
+static unsigned cq_drain(evr_ctx *ctx, struct evr__cq *c, unsigned budget)
+{
+	struct ibv_wc wc[EVR_CQ_BATCH];
+	unsigned total = 0;
+	int n, i;
+
+	do {
+		n = evr__poll_cq(c->cq, EVR_CQ_BATCH, wc);
+		ctx->st.polls++;
+		if (n <= 0) {
+			if (n < 0)
+				EVR_ERR(ctx, "ibv_poll_cq failed");
+			ctx->st.empty_polls++;
+			break;
+		}
+		ctx->dispatch_depth++;
+		for (i = 0; i < n; i++)
+			evr__dispatch_wc(ctx, &wc[i]);
+		ctx->dispatch_depth--;
+		total += (unsigned)n;
+		ctx->st.completions += (unsigned)n;
+	} while (n == EVR_CQ_BATCH && total < budget);
+	return total;
+}
+
+unsigned evr__cq_poll_all(evr_ctx *ctx, unsigned budget)
+{
+	struct evr__list *pos, *tmp;
+	unsigned total = 0;
+
+	evr__list_for_each_safe(pos, tmp, &ctx->cqs)
+		total += cq_drain(ctx,
+				  evr__container_of(pos, struct evr__cq, link),
+				  budget);
+	return total;
+}
+
+/* Arm every CQ that is not armed, then poll it until empty: nothing that
+ * completed before the arm is left behind.  Returns completions found. */
+int evr__cq_arm_all(evr_ctx *ctx)
+{
+	struct evr__list *pos, *tmp;
+	int total = 0;
+
+	evr__list_for_each_safe(pos, tmp, &ctx->cqs)
+	{
+		struct evr__cq *c = evr__container_of(pos, struct evr__cq,
+						      link);
+
+		if (c->armed)
+			continue;
+		if (evr__req_notify_cq(c->cq, 0)) {
+			EVR_ERR(ctx, "ibv_req_notify_cq failed");
+			continue;
+		}
+		c->armed = true;
+		total += (int)cq_drain(ctx, c, ~0u);
+	}
+	return total;
+}
+
+void evr__cq_on_channel(struct ev_loop *loop, ev_io *w, int revents)
+{
+	evr_ctx *ctx = evr__container_of(w, evr_ctx, cq_w);
+	struct ibv_cq *ibcq;
+	void *cqctx;
+	unsigned n;
+	bool up;
+
+	(void)loop;
+	(void)revents;
+	while (evr__get_cq_event(ctx->ch, &ibcq, &cqctx) == 0) {
+		struct evr__cq *c = cqctx;
+
+		c->armed = false;
+		if (++c->unacked >= EVR_CQ_ACK_BATCH) {
+			evr__ack_cq_events(c->cq, c->unacked);
+			c->unacked = 0;
+		}
+		ctx->st.wakeups++;
+	}
+	n = evr__cq_poll_all(ctx, ~0u);
+	up = ctx->mode == EVR_MODE_ADAPTIVE &&
+	     evr__adapt_wakeup(&ctx->adapt, evr__now_ns(), n);
+	if (ctx->polling || up) {
+		/* stay unarmed: the check watcher polls from now on */
+		if (up) {
+			ctx->polling = true;
+			ctx->st.mode_switches++;
+			ev_idle_start(ctx->loop, &ctx->idle_w);
+			if (ctx->mode_cb)
+				ctx->mode_cb(ctx, EVR_MODE_POLL, ctx->mode_arg);
+		}
+	} else {
+		evr__cq_arm_all(ctx);
+	}
+	evr__ctx_progress(ctx);
+}

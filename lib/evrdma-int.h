@@ -1,0 +1,449 @@
+/*
+ * Internal declarations shared by the library's modules.  Nothing here is
+ * exported: internal functions are named evr__* and the shared object only
+ * exports evr_* (visibility + version script).
+ */
+#ifndef EVRDMA_INT_H
+#define EVRDMA_INT_H
+
+#include "config.h"
+
+#include <ev.h>
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "evrdma.h"
+#include "adapt.h"
+#include "credit.h"
+#include "proto.h"
+#include "verbs.h"
+
+#define evr__container_of(ptr, type, member)                                   \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+#define EVR__MIN(a, b) ((a) < (b) ? (a) : (b))
+#define EVR__MAX(a, b) ((a) > (b) ? (a) : (b))
+#define EVR__CACHELINE 64
+
+/* ---- intrusive doubly linked list ---- */
+struct evr__list {
+	struct evr__list *next, *prev;
+};
+
+static inline void evr__list_init(struct evr__list *l)
+{
+	l->next = l->prev = l;
+}
+static inline bool evr__list_empty(const struct evr__list *l)
+{
+	return l->next == l;
+}
+static inline void evr__list_add_tail(struct evr__list *l, struct evr__list *n)
+{
+	n->prev = l->prev;
+	n->next = l;
+	l->prev->next = n;
+	l->prev = n;
+}
+static inline void evr__list_del(struct evr__list *n)
+{
+	n->prev->next = n->next;
+	n->next->prev = n->prev;
+	n->next = n->prev = n;
+}
+#define evr__list_for_each_safe(pos, tmp, head)                                \
+	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);       \
+	     (pos) = (tmp), (tmp) = (pos)->next)
+
+/* ---- operations: one posted work request each ---- */
+enum evr__op_kind {
+	EVR_OP_EAGER,	  /* an eager message (user send) */
+	EVR_OP_RNDV,	  /* a rendezvous message (user send) */
+	EVR_OP_CTRL,	  /* a credit update or rendezvous finish */
+	EVR_OP_WRITE,	  /* user RDMA WRITE */
+	EVR_OP_WRITE_IMM, /* user RDMA WRITE with immediate */
+	EVR_OP_READ,	  /* user RDMA READ */
+	EVR_OP_ATOMIC,	  /* user fetch-add / compare-swap */
+	EVR_OP_RREAD,	  /* internal: one chunk of a rendezvous read */
+	EVR_OP_RECV,	  /* a posted receive buffer */
+	EVR_OP_DRAIN,	  /* marker: flushed through a dead QP */
+};
+
+struct evr__buf;
+struct evr__reg;
+struct evr__rx;
+
+struct evr__op {
+	struct evr__op *next;	   /* send queue / posted FIFO linkage */
+	struct evr__op *wait_next; /* rendezvous: waiting for the FIN */
+	evr_conn *conn;
+	evr_op_cb cb;
+	void *arg;
+	uint8_t kind;
+	bool credit;	  /* consumes a peer receive */
+	bool ctrl;	  /* may use the reserved credits */
+	uint8_t pending;  /* rendezvous: send CQE and FIN both needed */
+	int status;	  /* first error seen / deferred status */
+	size_t qbytes;	  /* bytes counted in conn->queued_bytes */
+	size_t len;	  /* message length */
+	const void *src;  /* EAGER/RNDV: user buffer (single) */
+	struct iovec *iov; /* sendv: private copy of the iovec array */
+	int iovcnt;
+	struct evr__buf *buf;  /* registered header/payload copy */
+	struct evr__reg *reg;  /* RNDV: registration of the source */
+	void *bounce;	       /* RNDV from iovecs: gathered copy */
+	uint32_t rndv_id;
+	uint8_t ctrl_type;     /* CTRL: EVR_T_CREDIT or EVR_T_RNDV_FIN */
+	uint32_t fin_id;
+	int32_t fin_status;
+	struct evr__rx *rx;    /* RREAD: the message being read */
+	evr_mr *mr;	       /* user one-sided ops: the local region */
+	struct ibv_send_wr wr;
+	struct ibv_sge sge;
+};
+
+/* FIFO of ops */
+struct evr__opq {
+	struct evr__op *head, *tail;
+	unsigned n;
+};
+
+static inline void evr__opq_init(struct evr__opq *q)
+{
+	q->head = q->tail = NULL;
+	q->n = 0;
+}
+static inline void evr__opq_push(struct evr__opq *q, struct evr__op *op)
+{
+	op->next = NULL;
+	if (q->tail)
+		q->tail->next = op;
+	else
+		q->head = op;
+	q->tail = op;
+	q->n++;
+}
+static inline struct evr__op *evr__opq_pop(struct evr__opq *q)
+{
+	struct evr__op *op = q->head;
+
+	if (op) {
+		q->head = op->next;
+		if (!q->head)
+			q->tail = NULL;
+		op->next = NULL;
+		q->n--;
+	}
+	return op;
+}
+
+/* ---- send queue of one QP: batching and selective signaling (sq.c) ---- */
+typedef void (*evr__sq_done_fn)(struct evr__op *op, int status);
+
+struct evr__sq {
+	struct ibv_qp *qp;
+	unsigned depth;	      /* send WRs the QP holds */
+	unsigned outstanding; /* posted, not yet known complete */
+	unsigned interval;    /* signal one WR in this many */
+	unsigned unsig_run;   /* unsignaled WRs since the last signaled */
+	struct evr__opq posted; /* posted ops in order */
+	struct evr__opq batch;	/* ops chained, not yet posted */
+	evr__sq_done_fn done;	/* completion of each op, in order */
+	struct evr_stats *st;
+};
+
+void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
+		  unsigned interval, evr__sq_done_fn done,
+		  struct evr_stats *st);
+/* Free slots for new WRs (not counting the open batch). */
+static inline unsigned evr__sq_room(const struct evr__sq *sq)
+{
+	return sq->depth - sq->outstanding - sq->batch.n;
+}
+/* Append op (its wr filled in) to the open batch. */
+void evr__sq_add(struct evr__sq *sq, struct evr__op *op);
+/* Post the open batch with one ibv_post_send.  On failure the ops that were
+ * not posted are completed through done() with the error, and it is
+ * returned. */
+int evr__sq_commit(struct evr__sq *sq);
+/* A send completion for op (signaled, or any op in error): completes every
+ * posted op up to and including op, in order. */
+void evr__sq_complete(struct evr__sq *sq, struct evr__op *op, int status);
+/* Complete every posted op with status (QP destroyed without flushes). */
+void evr__sq_abandon(struct evr__sq *sq, int status);
+
+/* ---- registered buffer pool (pool.c) ---- */
+struct evr__buf {
+	struct evr__op op; /* receive: wr_id points here */
+	struct evr__buf *next_free;
+	uint8_t *data;
+	uint32_t lkey;
+	uint32_t size;
+	/* a receive parked until the conn is established */
+	uint32_t byte_len;
+	uint32_t imm;
+	uint8_t opcode;
+};
+
+struct evr__pool {
+	struct ibv_pd *pd;
+	uint32_t buf_size;
+	unsigned per_chunk;
+	struct evr__buf *free;
+	struct evr__list chunks;
+	unsigned total, nfree;
+};
+
+int evr__pool_init(struct evr__pool *p, struct ibv_pd *pd, uint32_t buf_size,
+		   unsigned per_chunk);
+void evr__pool_fini(struct evr__pool *p);
+struct evr__buf *evr__pool_get(struct evr__pool *p);
+void evr__pool_put(struct evr__pool *p, struct evr__buf *b);
+
+/* ---- memory registration (mr.c) ---- */
+struct evr_mr {
+	evr_ctx *ctx;
+	struct evr__list link;
+	struct ibv_mr *mr;
+	unsigned busy; /* pending operations using it */
+	unsigned access;
+};
+
+/* A registration used for rendezvous sources: cached, or a user evr_mr. */
+struct evr__reg {
+	struct evr__list link;
+	struct ibv_mr *mr;
+	uintptr_t start, end;
+	unsigned refs;
+	evr_mr *user; /* non-NULL: borrowed from the user's registration */
+};
+
+int evr__reg_get(evr_ctx *ctx, const void *addr, size_t len,
+		 struct evr__reg **out);
+void evr__reg_put(evr_ctx *ctx, struct evr__reg *r);
+void evr__reg_cache_fini(evr_ctx *ctx);
+
+/* ---- completion queues (cq.c) ---- */
+struct evr__cq {
+	struct evr__list link;
+	evr_ctx *ctx;
+	struct ibv_cq *cq;
+	unsigned cqe;	   /* capacity */
+	unsigned reserved; /* CQEs the QPs on it may need */
+	unsigned unacked;  /* events not yet acknowledged */
+	bool armed;
+	unsigned nqp;
+};
+
+int evr__cq_attach(evr_ctx *ctx, unsigned need, struct evr__cq **out);
+void evr__cq_detach(evr_ctx *ctx, struct evr__cq *cq, unsigned need);
+void evr__cq_destroy_all(evr_ctx *ctx);
+void evr__cq_on_channel(struct ev_loop *loop, ev_io *w, int revents);
+unsigned evr__cq_poll_all(evr_ctx *ctx, unsigned budget);
+int evr__cq_arm_all(evr_ctx *ctx);
+int evr__wc_errno(enum ibv_wc_status st);
+void evr__dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc);
+
+/* ---- connections (cm.c, conn.c, msg.c) ---- */
+enum evr__conn_state {
+	EVR_CS_RESOLVING_ADDR,
+	EVR_CS_RESOLVING_ROUTE,
+	EVR_CS_CONNECTING,
+	EVR_CS_ACCEPTING,
+	EVR_CS_ESTABLISHED,
+	EVR_CS_CLOSING,	      /* graceful: draining sends */
+	EVR_CS_DISCONNECTING, /* QP in error: waiting for the flushes */
+	EVR_CS_DEAD,	      /* gone; waiting to be reaped */
+};
+
+const char *evr__conn_state_str(enum evr__conn_state s);
+
+enum evr__cm_kind { EVR_CM_CONN = 1, EVR_CM_LISTENER = 2 };
+
+/* A message waiting for in-order delivery behind a rendezvous read. */
+struct evr__rx {
+	struct evr__rx *next;
+	bool rndv;
+	bool ready;
+	int status;
+	struct evr__buf *buf; /* eager: the receive buffer */
+	uint8_t *data;
+	size_t len;
+	/* rendezvous */
+	uint8_t *mem;
+	struct ibv_mr *mr;
+	uint64_t raddr;
+	uint32_t rkey;
+	uint32_t id;
+	unsigned reads;	 /* chunks not yet read */
+	bool started;
+};
+
+struct evr_msg {
+	struct evr__list link; /* ctx->held */
+	evr_ctx *ctx;
+	evr_conn *conn;	       /* NULL once the conn is gone */
+	struct evr__buf *buf;  /* eager: the receive buffer */
+	uint8_t *mem;	       /* rendezvous: malloc'ed copy */
+	const void *data;
+	size_t len;
+};
+
+struct evr_conn {
+	uint8_t cm_kind; /* EVR_CM_CONN: first, see cm.c */
+	evr_ctx *ctx;
+	struct evr__list link; /* ctx->conns */
+	struct rdma_cm_id *id;
+	struct ibv_qp *qp;
+	struct evr__cq *cq;
+	enum evr__conn_state state;
+	bool active;	     /* we connected (vs accepted) */
+	bool established;    /* on_connect(0) was delivered */
+	bool qp_err;	     /* QP moved to the error state */
+	bool notified;	     /* the last callback was delivered */
+	bool on_work;	     /* queued on ctx->work */
+	bool on_flush;	     /* queued on ctx->flush */
+	bool over_limit;     /* an evr_send returned -ENOBUFS */
+	bool abort;	     /* close with EVR_CLOSE_ABORT */
+	bool in_recv;	     /* inside on_recv (evr_conn_hold allowed) */
+	int error;	     /* why it ends (0: local graceful close) */
+	struct evr_conn_opts o;
+	struct ev_timer timer; /* connect / close / flush bound */
+	uint64_t dead_since_ns;
+	/* peer's limits, from the handshake */
+	uint32_t peer_max_eager;
+	uint64_t peer_max_msg;
+	uint16_t peer_depth;
+	struct evr__credit cr;
+	/* send side */
+	struct evr__opq sendq; /* user ops not yet posted, in order */
+	struct evr__opq ctrlq; /* control messages and rendezvous reads */
+	size_t queued_bytes;
+	struct evr__sq sq;
+	struct evr__op *wait_head, *wait_tail; /* rendezvous sends, by id */
+	uint32_t next_rndv_id;
+	uint32_t expect_fin_id;
+	/* receive side */
+	unsigned recv_depth;
+	unsigned recv_posted;
+	struct evr__buf *repost; /* buffers to post again */
+	unsigned nrepost;
+	struct evr__rx *rx_head, *rx_tail; /* in-order delivery queue */
+	evr_msg *cur_msg;		   /* message in on_recv */
+	evr_msg *cur_held;		   /* its held copy, if taken */
+	struct evr__buf *early, *early_tail; /* receives before established */
+	unsigned rndv_active;		   /* rendezvous reads running */
+	bool zombie;	     /* user told; QP kept until its WRs flush */
+	bool disconnected;   /* rdma_disconnect issued */
+	uint8_t udata[EVR_MAX_USER_DATA]; /* connect request user bytes */
+	size_t ulen;
+	/* reject reason */
+	uint8_t rej[EVR_MAX_USER_DATA];
+	size_t rej_len;
+	evr_conn *work_next, *flush_next;
+};
+
+struct evr_conn_req {
+	evr_listener *l;
+	struct rdma_cm_id *id;
+	struct evr__hs hs;
+	bool answered;
+};
+
+struct evr_listener {
+	uint8_t cm_kind; /* EVR_CM_LISTENER */
+	evr_ctx *ctx;
+	struct evr__list link;
+	struct rdma_cm_id *id;
+	evr_accept_cb cb;
+	void *arg;
+	uint16_t port;
+};
+
+/* ---- the context (ctx.c) ---- */
+struct evr_ctx {
+	struct ev_loop *loop;
+	bool own_loop;
+	bool destroying;
+	bool running;
+	struct evr_ctx_opts o;
+	uint32_t max_eager;	/* eager payload, this side */
+	struct ibv_context *verbs;  /* librdmacm's context of the device */
+	struct ibv_context **devlist; /* rdma_get_devices(), freed last */
+	struct ibv_pd *pd;
+	struct ibv_device_attr dattr;
+	uint32_t max_msg_sz; /* port limit for one RDMA READ/WRITE */
+	unsigned max_inline;
+	char devname[64];
+	struct ibv_comp_channel *ch;
+	struct evr__list cqs;
+	struct rdma_event_channel *cm_ch;
+	ev_io cq_w, cm_w, async_w;
+	ev_prepare prep_w;
+	ev_check check_w;
+	ev_idle idle_w;
+	enum evr_mode mode; /* requested */
+	bool polling;	    /* in effect: CQs not armed, loop spinning */
+	struct evr__adapt adapt;
+	evr_mode_cb mode_cb;
+	void *mode_arg;
+	struct evr__pool pool;
+	struct evr__list conns, listeners, mrs, regs, zombies, held;
+	unsigned nregs;
+	evr_conn *work;	 /* conns whose state needs a step */
+	evr_conn *flush; /* conns with something to post */
+	struct evr__opq done; /* op completions deferred to the loop */
+	struct evr__op *op_free;
+	unsigned nop_free;
+	struct evr_stats st;
+	unsigned dispatch_depth;
+};
+
+/* util.c */
+void evr__log(const evr_ctx *ctx, enum evr_log_level lvl, const char *fmt,
+	      ...) __attribute__((format(printf, 3, 4)));
+#define EVR_ERR(ctx, ...) evr__log((ctx), EVR_LOG_ERROR, __VA_ARGS__)
+#define EVR_WARN(ctx, ...) evr__log((ctx), EVR_LOG_WARN, __VA_ARGS__)
+#define EVR_INFO(ctx, ...) evr__log((ctx), EVR_LOG_INFO, __VA_ARGS__)
+#define EVR_DBG(ctx, ...) evr__log((ctx), EVR_LOG_DEBUG, __VA_ARGS__)
+uint64_t evr__now_ns(void);
+int evr__set_nonblock(int fd);
+unsigned evr__env_uint(const char *name, unsigned dflt);
+
+/* ctx.c */
+struct evr__op *evr__op_alloc(evr_ctx *ctx);
+void evr__op_free(evr_ctx *ctx, struct evr__op *op);
+void evr__op_defer(evr_ctx *ctx, struct evr__op *op, int status);
+void evr__conn_kick(evr_conn *c);  /* needs a state step */
+void evr__conn_dirty(evr_conn *c); /* has something to post */
+void evr__ctx_progress(evr_ctx *ctx);
+void evr__ctx_fail_all(evr_ctx *ctx, int err);
+
+/* cm.c */
+void evr__cm_on_channel(struct ev_loop *loop, ev_io *w, int revents);
+const char *evr__cm_event_str(enum rdma_cm_event_type t);
+
+/* conn.c */
+evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
+			const struct evr_conn_opts *opts);
+int evr__conn_setup_qp(evr_conn *c);
+void evr__conn_set_peer(evr_conn *c, const struct evr__hs *hs);
+void evr__conn_fail(evr_conn *c, int err);
+void evr__conn_established(evr_conn *c);
+void evr__conn_step(evr_conn *c);
+void evr__conn_flush(evr_conn *c);
+void evr__conn_sq_done(struct evr__op *op, int status);
+void evr__conn_free_all(evr_ctx *ctx);
+void evr__conn_fill_hs(const evr_conn *c, struct evr__hs *hs);
+
+/* msg.c */
+void evr__recv_done(evr_conn *c, struct evr__buf *b, const struct ibv_wc *wc);
+void evr__msg_op_done(struct evr__op *op, int status);
+int evr__msg_prepare(evr_conn *c, struct evr__op *op);
+void evr__rx_free_all(evr_conn *c, int status);
+void evr__rndv_fail_waiting(evr_conn *c, int status);
+void evr__msg_detach_held(evr_conn *c);
+
+#endif

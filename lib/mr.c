@@ -1,0 +1,235 @@
+/*
+ * Memory registration: the user's regions (evr_mr) and the registration
+ * cache for rendezvous sources.
+ *
+ * A rendezvous exposes the sender's buffer for an RDMA READ.  When the
+ * buffer lies inside an evr_mr the user registered for remote read, that
+ * registration is borrowed (zero copy, no cost).  Otherwise the pages
+ * around it are registered for the duration of the send, and concurrent
+ * sends from the same pages share that registration.
+ *
+ * Keeping registrations after the send (an LRU cache) is opt-in, with
+ * EVR_REG_CACHE=N entries: without allocator hooks a cache cannot see a
+ * buffer freed and its address range mapped again, and a stale entry would
+ * let the peer read the old pages -- silent corruption.  Cached entries also
+ * stay readable by peers that learned their rkey.  The safe zero-cost path
+ * is to register long-lived buffers with evr_mr_reg(EVR_ACCESS_REMOTE_READ):
+ * sends from inside such a region borrow it and never register anything.
+ */
+#include "evrdma-int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int to_ibv_access(unsigned a)
+{
+	int f = IBV_ACCESS_LOCAL_WRITE;
+
+	if (a & EVR_ACCESS_REMOTE_READ)
+		f |= IBV_ACCESS_REMOTE_READ;
+	if (a & EVR_ACCESS_REMOTE_WRITE)
+		f |= IBV_ACCESS_REMOTE_WRITE;
+	if (a & EVR_ACCESS_REMOTE_ATOMIC)
+		f |= IBV_ACCESS_REMOTE_ATOMIC;
+	return f;
+}
+
+int evr_mr_reg(evr_ctx *ctx, void *addr, size_t len, unsigned access,
+	       evr_mr **out)
+{
+	evr_mr *m;
+
+	if (!ctx || !addr || !len || !out ||
+	    (access & ~(EVR_ACCESS_REMOTE_READ | EVR_ACCESS_REMOTE_WRITE |
+			EVR_ACCESS_REMOTE_ATOMIC)))
+		return -EINVAL;
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->mr = ibv_reg_mr(ctx->pd, addr, len, to_ibv_access(access));
+	if (!m->mr) {
+		int err = errno ? -errno : -ENOMEM;
+
+		EVR_WARN(ctx, "ibv_reg_mr(%zu bytes) failed: %s", len,
+			 evr_strerror(err));
+		free(m);
+		return err;
+	}
+	m->ctx = ctx;
+	m->access = access;
+	evr__list_add_tail(&ctx->mrs, &m->link);
+	*out = m;
+	return 0;
+}
+
+int evr_mr_dereg(evr_mr *m)
+{
+	if (!m)
+		return -EINVAL;
+	if (m->busy)
+		return -EBUSY;
+	evr__list_del(&m->link);
+	ibv_dereg_mr(m->mr);
+	free(m);
+	return 0;
+}
+
+void *evr_mr_addr(const evr_mr *m)
+{
+	return m->mr->addr;
+}
+
+size_t evr_mr_len(const evr_mr *m)
+{
+	return m->mr->length;
+}
+
+void evr_mr_rkey(const evr_mr *m, struct evr_rkey *out)
+{
+	out->addr = (uint64_t)(uintptr_t)m->mr->addr;
+	out->len = m->mr->length;
+	out->rkey = m->mr->rkey;
+}
+
+static void le_put(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t le_get(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < n; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+void evr_rkey_pack(const struct evr_rkey *rk, uint8_t out[EVR_RKEY_PACKED_SIZE])
+{
+	le_put(out, rk->addr, 8);
+	le_put(out + 8, rk->len, 8);
+	le_put(out + 16, rk->rkey, 4);
+}
+
+void evr_rkey_unpack(struct evr_rkey *rk,
+		     const uint8_t in[EVR_RKEY_PACKED_SIZE])
+{
+	rk->addr = le_get(in, 8);
+	rk->len = le_get(in + 8, 8);
+	rk->rkey = (uint32_t)le_get(in + 16, 4);
+}
+
+/* ---- registration cache ---- */
+
+static void reg_free(struct evr__reg *r)
+{
+	evr__list_del(&r->link);
+	if (!r->user)
+		ibv_dereg_mr(r->mr);
+	free(r);
+}
+
+static void reg_trim(evr_ctx *ctx)
+{
+	unsigned max = evr__env_uint("EVR_REG_CACHE", 0);
+	struct evr__list *pos, *tmp;
+
+	/* the list is in LRU order: oldest first */
+	evr__list_for_each_safe(pos, tmp, &ctx->regs)
+	{
+		struct evr__reg *r = evr__container_of(pos, struct evr__reg,
+						       link);
+
+		if (ctx->nregs <= max)
+			break;
+		if (r->refs == 0) {
+			reg_free(r);
+			ctx->nregs--;
+		}
+	}
+}
+
+int evr__reg_get(evr_ctx *ctx, const void *addr, size_t len,
+		 struct evr__reg **out)
+{
+	uintptr_t s = (uintptr_t)addr, e = s + len;
+	struct evr__list *pos, *tmp;
+	struct evr__reg *r;
+	long pg = sysconf(_SC_PAGESIZE);
+
+	evr__list_for_each_safe(pos, tmp, &ctx->regs)
+	{
+		r = evr__container_of(pos, struct evr__reg, link);
+		if (r->start <= s && e <= r->end) {
+			r->refs++;
+			/* move to the MRU end */
+			evr__list_del(&r->link);
+			evr__list_add_tail(&ctx->regs, &r->link);
+			*out = r;
+			return 0;
+		}
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	evr__list_init(&r->link);
+	/* a user registration that covers the buffer and allows remote read */
+	evr__list_for_each_safe(pos, tmp, &ctx->mrs)
+	{
+		evr_mr *m = evr__container_of(pos, evr_mr, link);
+		uintptr_t ms = (uintptr_t)m->mr->addr;
+
+		if ((m->access & EVR_ACCESS_REMOTE_READ) && ms <= s &&
+		    e <= ms + m->mr->length) {
+			r->user = m;
+			r->mr = m->mr;
+			r->start = s;
+			r->end = e;
+			m->busy++;
+			r->refs = 1;
+			*out = r;
+			return 0;
+		}
+	}
+	r->start = s & ~(uintptr_t)(pg - 1);
+	r->end = (e + pg - 1) & ~(uintptr_t)(pg - 1);
+	r->mr = ibv_reg_mr(ctx->pd, (void *)r->start, r->end - r->start,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	if (!r->mr) {
+		int err = errno ? -errno : -ENOMEM;
+
+		free(r);
+		return err;
+	}
+	r->refs = 1;
+	evr__list_add_tail(&ctx->regs, &r->link);
+	ctx->nregs++;
+	reg_trim(ctx);
+	*out = r;
+	return 0;
+}
+
+void evr__reg_put(evr_ctx *ctx, struct evr__reg *r)
+{
+	if (r->user) {
+		/* borrowed: never cached, the user owns the registration */
+		r->user->busy--;
+		free(r);
+		return;
+	}
+	if (--r->refs == 0)
+		reg_trim(ctx);
+}
+
+void evr__reg_cache_fini(evr_ctx *ctx)
+{
+	struct evr__list *pos, *tmp;
+
+	evr__list_for_each_safe(pos, tmp, &ctx->regs)
+		reg_free(evr__container_of(pos, struct evr__reg, link));
+	ctx->nregs = 0;
+}

@@ -1,0 +1,689 @@
+/*
+ * Two-sided messages: eager sends, rendezvous, receive processing,
+ * in-order delivery, held buffers and the completion of every op.
+ *
+ * Eager (len <= both sides' eager size): header + payload are copied into a
+ * registered pool buffer and sent into one of the peer's pre-posted
+ * receive buffers.
+ *
+ * Rendezvous (larger): the sender registers its buffer (or borrows the
+ * user's evr_mr) and sends RNDV_REQ {addr, len, rkey, id}; the receiver
+ * allocates the destination (bounded by its own max_msg_size, at most
+ * EVR_RNDV_ACTIVE reads at a time per conn), RDMA-READs it in chunks,
+ * sends RNDV_FIN {id, status} and delivers the message.  The sender's
+ * callback fires when both its REQ send has completed and the FIN came.
+ *
+ * Ordering: messages are delivered in arrival order.  An eager message that
+ * arrives while an earlier rendezvous is still being read waits behind it
+ * (its receive buffer, and so its credit, is kept until then).
+ */
+#include "evrdma-int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EVR_RNDV_ACTIVE 2	     /* concurrent rendezvous reads per conn */
+#define EVR_RNDV_CHUNK (1u << 20) /* bytes per RDMA READ */
+
+static size_t eager_limit(const evr_conn *c)
+{
+	return EVR__MIN((size_t)c->peer_max_eager, (size_t)c->ctx->max_eager);
+}
+
+/* ---- submission ---- */
+
+static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
+		       int iovcnt, size_t len, evr_op_cb cb, void *arg)
+{
+	evr_ctx *ctx;
+	struct evr__op *op;
+	uint64_t max;
+
+	if (!c)
+		return -EINVAL;
+	ctx = c->ctx;
+	if (c->state >= EVR_CS_CLOSING || c->notified)
+		return -EPIPE;
+	max = c->peer_depth ? c->peer_max_msg : ctx->o.max_msg_size;
+	if (len > max)
+		return -EMSGSIZE;
+	if (c->queued_bytes && c->queued_bytes + len > ctx->o.send_queue_limit) {
+		c->over_limit = true;
+		return -ENOBUFS;
+	}
+	op = evr__op_alloc(ctx);
+	if (!op)
+		return -ENOMEM;
+	if (iov) {
+		op->iov = malloc(sizeof(*iov) * (size_t)iovcnt);
+		if (!op->iov) {
+			evr__op_free(ctx, op);
+			return -ENOMEM;
+		}
+		memcpy(op->iov, iov, sizeof(*iov) * (size_t)iovcnt);
+		op->iovcnt = iovcnt;
+	}
+	op->conn = c;
+	op->kind = EVR_OP_EAGER; /* eager or rendezvous: decided at post */
+	op->src = buf;
+	op->len = len;
+	op->cb = cb;
+	op->arg = arg;
+	op->credit = true;
+	op->qbytes = len;
+	c->queued_bytes += len;
+	evr__opq_push(&c->sendq, op);
+	evr__conn_dirty(c);
+	return 0;
+}
+
+int evr_send(evr_conn *c, const void *buf, size_t len, evr_op_cb cb,
+	     void *arg)
+{
+	if (!buf && len)
+		return -EINVAL;
+	return send_common(c, buf, NULL, 0, len, cb, arg);
+}
+
+int evr_sendv(evr_conn *c, const struct iovec *iov, int iovcnt, evr_op_cb cb,
+	      void *arg)
+{
+	size_t len = 0;
+	int i;
+
+	if (iovcnt < 0 || (iovcnt > 0 && !iov) || iovcnt > 1024)
+		return -EINVAL;
+	for (i = 0; i < iovcnt; i++) {
+		if (!iov[i].iov_base && iov[i].iov_len)
+			return -EINVAL;
+		if (len + iov[i].iov_len < len)
+			return -EMSGSIZE;
+		len += iov[i].iov_len;
+	}
+	if (iovcnt == 1)
+		return send_common(c, iov[0].iov_base, NULL, 0, len, cb, arg);
+	return send_common(c, NULL, iovcnt ? iov : NULL, iovcnt, len, cb, arg);
+}
+
+static void gather(uint8_t *dst, const struct evr__op *op)
+{
+	int i;
+
+	if (!op->iov) {
+		if (op->len)
+			memcpy(dst, op->src, op->len);
+		return;
+	}
+	for (i = 0; i < op->iovcnt; i++) {
+		if (op->iov[i].iov_len)
+			memcpy(dst, op->iov[i].iov_base, op->iov[i].iov_len);
+		dst += op->iov[i].iov_len;
+	}
+}
+
+static void set_send(struct evr__op *op, struct evr__buf *b, uint32_t len,
+		     unsigned max_inline)
+{
+	op->buf = b;
+	op->sge.addr = (uintptr_t)b->data;
+	op->sge.length = len;
+	op->sge.lkey = b->lkey;
+	op->wr.sg_list = &op->sge;
+	op->wr.num_sge = 1;
+	op->wr.opcode = IBV_WR_SEND;
+	op->wr.send_flags = len <= max_inline ? IBV_SEND_INLINE : 0;
+}
+
+/* Fill in the WR of a queued op just before it is posted. */
+int evr__msg_prepare(evr_conn *c, struct evr__op *op)
+{
+	evr_ctx *ctx = c->ctx;
+	struct evr__hdr h = {0};
+	struct evr__buf *b;
+	int err;
+
+	switch (op->kind) {
+	case EVR_OP_EAGER:
+		if (op->len > c->peer_max_msg)
+			return -EMSGSIZE;
+		b = evr__pool_get(&ctx->pool);
+		if (!b)
+			return -ENOMEM;
+		if (op->len <= eager_limit(c)) {
+			h.type = EVR_T_EAGER;
+			h.len = (uint32_t)op->len;
+			h.credits = evr__credit_piggyback(&c->cr);
+			evr__hdr_encode(b->data, &h);
+			gather(b->data + EVR_HDR_SIZE, op);
+			set_send(op, b, EVR_HDR_SIZE + h.len, ctx->max_inline);
+			return 0;
+		} else {
+			struct evr__rndv_req r;
+			const void *src = op->src;
+
+			if (op->iov) {
+				op->bounce = malloc(op->len);
+				if (!op->bounce) {
+					evr__pool_put(&ctx->pool, b);
+					return -ENOMEM;
+				}
+				gather(op->bounce, op);
+				src = op->bounce;
+			}
+			err = evr__reg_get(ctx, src, op->len, &op->reg);
+			if (err) {
+				evr__pool_put(&ctx->pool, b);
+				return err;
+			}
+			op->kind = EVR_OP_RNDV;
+			op->rndv_id = c->next_rndv_id++;
+			r.addr = (uintptr_t)src;
+			r.len = op->len;
+			r.rkey = op->reg->mr->rkey;
+			r.id = op->rndv_id;
+			h.type = EVR_T_RNDV_REQ;
+			h.len = EVR_RNDV_REQ_SIZE;
+			h.credits = evr__credit_piggyback(&c->cr);
+			evr__hdr_encode(b->data, &h);
+			evr__rndv_req_encode(b->data + EVR_HDR_SIZE, &r);
+			set_send(op, b, EVR_HDR_SIZE + EVR_RNDV_REQ_SIZE,
+				 ctx->max_inline);
+			/* done when both the send and the FIN completed */
+			op->pending = 2;
+			op->wait_next = NULL;
+			if (c->wait_tail)
+				c->wait_tail->wait_next = op;
+			else
+				c->wait_head = op;
+			c->wait_tail = op;
+			return 0;
+		}
+	case EVR_OP_CTRL:
+		b = evr__pool_get(&ctx->pool);
+		if (!b)
+			return -ENOMEM;
+		h.type = op->ctrl_type;
+		h.credits = evr__credit_piggyback(&c->cr);
+		if (op->ctrl_type == EVR_T_RNDV_FIN) {
+			h.len = EVR_RNDV_FIN_SIZE;
+			evr__rndv_fin_encode(b->data + EVR_HDR_SIZE, op->fin_id,
+					     op->fin_status);
+		}
+		evr__hdr_encode(b->data, &h);
+		set_send(op, b, EVR_HDR_SIZE + h.len, ctx->max_inline);
+		return 0;
+	default:
+		/* one-sided ops and rendezvous reads were built at submit */
+		op->wr.sg_list = op->wr.num_sge ? &op->sge : NULL;
+		return 0;
+	}
+}
+
+/* ---- completion of ops ---- */
+
+static void rndv_finish(evr_conn *c, struct evr__op *op)
+{
+	evr_ctx *ctx = c->ctx;
+
+	if (op->reg)
+		evr__reg_put(ctx, op->reg);
+	free(op->bounce);
+	free(op->iov);
+	if (op->status == 0) {
+		ctx->st.msgs_sent++;
+		ctx->st.bytes_sent += op->len;
+		ctx->st.rndv_sent++;
+	}
+	if (op->cb)
+		op->cb(c, op->status, op->arg);
+	evr__op_free(ctx, op);
+}
+
+static void rx_start_reads(evr_conn *c);
+static void deliver_ready(evr_conn *c);
+
+static void rread_done(evr_conn *c, struct evr__op *op, int status)
+{
+	struct evr__rx *rx = op->rx;
+
+	if (status && !rx->status)
+		rx->status = status;
+	if (--rx->reads > 0)
+		return;
+	c->rndv_active--;
+	if (rx->mr) {
+		ibv_dereg_mr(rx->mr);
+		rx->mr = NULL;
+	}
+	if (rx->status) {
+		if (rx->status != -ECANCELED) {
+			EVR_WARN(c->ctx,
+				 "rendezvous read of %zu bytes failed (%s): "
+				 "the peer advertised a bad buffer",
+				 rx->len, evr_err_name(rx->status));
+			evr__conn_fail(c, -EPROTO);
+		}
+		return; /* freed with the rx queue at teardown */
+	}
+	rx->ready = true;
+	c->ctx->st.rndv_recv++;
+	/* tell the sender it may reuse its buffer */
+	{
+		struct evr__op *fin = evr__op_alloc(c->ctx);
+
+		if (!fin) {
+			evr__conn_fail(c, -ENOMEM);
+			return;
+		}
+		fin->conn = c;
+		fin->kind = EVR_OP_CTRL;
+		fin->ctrl_type = EVR_T_RNDV_FIN;
+		fin->credit = fin->ctrl = true;
+		fin->fin_id = rx->id;
+		fin->fin_status = 0;
+		evr__opq_push(&c->ctrlq, fin);
+	}
+	rx_start_reads(c);
+	deliver_ready(c);
+	evr__conn_dirty(c);
+}
+
+void evr__msg_op_done(struct evr__op *op, int status)
+{
+	evr_conn *c = op->conn;
+	evr_ctx *ctx = c->ctx;
+
+	if (op->buf) {
+		evr__pool_put(&ctx->pool, op->buf);
+		op->buf = NULL;
+	}
+	switch (op->kind) {
+	case EVR_OP_RNDV:
+		if (status && !op->status)
+			op->status = status;
+		if (--op->pending == 0)
+			rndv_finish(c, op);
+		return;
+	case EVR_OP_CTRL:
+		evr__op_free(ctx, op);
+		return;
+	case EVR_OP_RREAD:
+		rread_done(c, op, status);
+		evr__op_free(ctx, op);
+		return;
+	case EVR_OP_EAGER:
+		if (status == 0) {
+			ctx->st.msgs_sent++;
+			ctx->st.bytes_sent += op->len;
+		}
+		free(op->iov);
+		break;
+	case EVR_OP_WRITE:
+	case EVR_OP_WRITE_IMM:
+	case EVR_OP_READ:
+	case EVR_OP_ATOMIC:
+		if (op->mr)
+			op->mr->busy--;
+		break;
+	default:
+		break;
+	}
+	if (op->cb)
+		op->cb(c, status, op->arg);
+	evr__op_free(ctx, op);
+}
+
+/* Rendezvous sends whose FIN will never come (the conn is going away). */
+void evr__rndv_fail_waiting(evr_conn *c, int status)
+{
+	struct evr__op *op;
+
+	while ((op = c->wait_head)) {
+		c->wait_head = op->wait_next;
+		if (!c->wait_head)
+			c->wait_tail = NULL;
+		if (!op->status)
+			op->status = status;
+		if (--op->pending == 0)
+			rndv_finish(c, op);
+	}
+}
+
+/* ---- receiving ---- */
+
+static void repost(evr_conn *c, struct evr__buf *b)
+{
+	if (c->qp_err || !c->qp || c->state >= EVR_CS_DISCONNECTING) {
+		evr__pool_put(&c->ctx->pool, b);
+		return;
+	}
+	b->next_free = c->repost;
+	c->repost = b;
+	c->nrepost++;
+	evr__conn_dirty(c);
+}
+
+static void deliver(evr_conn *c, struct evr__buf *b, uint8_t *mem,
+		    const void *data, size_t len)
+{
+	evr_msg m;
+
+	c->ctx->st.msgs_recv++;
+	c->ctx->st.bytes_recv += len;
+	if (c->abort || !c->o.on_recv) {
+		if (b)
+			repost(c, b);
+		free(mem);
+		return;
+	}
+	memset(&m, 0, sizeof(m));
+	m.ctx = c->ctx;
+	m.conn = c;
+	m.buf = b;
+	m.mem = mem;
+	m.data = data;
+	m.len = len;
+	c->cur_msg = &m;
+	c->cur_held = NULL;
+	c->in_recv = true;
+	c->o.on_recv(c, data, len, c->o.arg);
+	c->in_recv = false;
+	c->cur_msg = NULL;
+	if (c->cur_held) {
+		c->cur_held = NULL; /* ownership moved to the evr_msg */
+		return;
+	}
+	if (b)
+		repost(c, b);
+	free(mem);
+}
+
+static void deliver_ready(evr_conn *c)
+{
+	struct evr__rx *rx;
+
+	while ((rx = c->rx_head) && rx->ready) {
+		c->rx_head = rx->next;
+		if (!c->rx_head)
+			c->rx_tail = NULL;
+		if (rx->rndv)
+			deliver(c, NULL, rx->mem, rx->mem, rx->len);
+		else
+			deliver(c, rx->buf, NULL, rx->data, rx->len);
+		free(rx);
+	}
+}
+
+static void rx_push(evr_conn *c, struct evr__rx *rx)
+{
+	rx->next = NULL;
+	if (c->rx_tail)
+		c->rx_tail->next = rx;
+	else
+		c->rx_head = rx;
+	c->rx_tail = rx;
+}
+
+/* Start the reads of queued rendezvous messages, EVR_RNDV_ACTIVE at most. */
+static void rx_start_reads(evr_conn *c)
+{
+	evr_ctx *ctx = c->ctx;
+	struct evr__rx *rx;
+	size_t chunk = EVR__MIN((size_t)ctx->max_msg_sz, (size_t)EVR_RNDV_CHUNK);
+
+	for (rx = c->rx_head; rx && c->rndv_active < EVR_RNDV_ACTIVE;
+	     rx = rx->next) {
+		size_t off;
+
+		if (!rx->rndv || rx->started)
+			continue;
+		rx->started = true;
+		if (posix_memalign((void **)&rx->mem, EVR__CACHELINE,
+				   rx->len ? rx->len : 1) ||
+		    !(rx->mr = ibv_reg_mr(ctx->pd, rx->mem, rx->len,
+					  IBV_ACCESS_LOCAL_WRITE))) {
+			EVR_ERR(ctx, "cannot allocate %zu bytes for a "
+				     "rendezvous message",
+				rx->len);
+			evr__conn_fail(c, -ENOMEM);
+			return;
+		}
+		c->rndv_active++;
+		for (off = 0; off < rx->len; off += chunk) {
+			struct evr__op *op = evr__op_alloc(ctx);
+			size_t n = EVR__MIN(chunk, rx->len - off);
+
+			if (!op) {
+				evr__conn_fail(c, -ENOMEM);
+				return;
+			}
+			op->conn = c;
+			op->kind = EVR_OP_RREAD;
+			op->rx = rx;
+			op->sge.addr = (uintptr_t)rx->mem + off;
+			op->sge.length = (uint32_t)n;
+			op->sge.lkey = rx->mr->lkey;
+			op->wr.num_sge = 1;
+			op->wr.opcode = IBV_WR_RDMA_READ;
+			op->wr.wr.rdma.remote_addr = rx->raddr + off;
+			op->wr.wr.rdma.rkey = rx->rkey;
+			rx->reads++;
+			evr__opq_push(&c->ctrlq, op);
+		}
+	}
+	evr__conn_dirty(c);
+}
+
+void evr__rx_free_all(evr_conn *c, int status)
+{
+	struct evr__rx *rx;
+
+	(void)status;
+	while ((rx = c->rx_head)) {
+		if (rx->rndv && rx->reads > 0)
+			break; /* reads still posted: freed when they flush */
+		c->rx_head = rx->next;
+		if (!c->rx_head)
+			c->rx_tail = NULL;
+		if (rx->mr)
+			ibv_dereg_mr(rx->mr);
+		free(rx->mem);
+		if (rx->buf)
+			evr__pool_put(&c->ctx->pool, rx->buf);
+		free(rx);
+	}
+}
+
+static void proto_error(evr_conn *c, const char *why)
+{
+	EVR_WARN(c->ctx, "conn %p: protocol error from peer: %s", (void *)c,
+		 why);
+	evr__conn_fail(c, -EPROTO);
+}
+
+static void process_recv(evr_conn *c, struct evr__buf *b,
+			 const struct ibv_wc *wc)
+{
+	evr_ctx *ctx = c->ctx;
+	struct evr__limits lim = {ctx->max_eager, ctx->o.max_msg_size};
+	struct evr__parsed p;
+	const char *why = "?";
+	struct evr__rx *rx;
+
+	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+		uint32_t imm = wc->imm_data;
+
+		repost(c, b);
+		if (c->o.on_imm && !c->abort)
+			c->o.on_imm(c, imm, c->o.arg);
+		return;
+	}
+	if (evr__msg_parse(b->data, wc->byte_len, &lim, &p, &why)) {
+		evr__pool_put(&ctx->pool, b);
+		proto_error(c, why);
+		return;
+	}
+	if (evr__credit_grant(&c->cr, p.hdr.credits)) {
+		evr__pool_put(&ctx->pool, b);
+		proto_error(c, "credit overflow: more credits returned than "
+			       "were used");
+		return;
+	}
+	if (p.hdr.credits)
+		evr__conn_dirty(c); /* queued sends may go now */
+
+	switch (p.hdr.type) {
+	case EVR_T_CREDIT:
+		repost(c, b);
+		return;
+	case EVR_T_EAGER:
+		if (!c->rx_head) {
+			deliver(c, b, NULL, p.payload, p.hdr.len);
+			return;
+		}
+		rx = calloc(1, sizeof(*rx));
+		if (!rx) {
+			evr__pool_put(&ctx->pool, b);
+			evr__conn_fail(c, -ENOMEM);
+			return;
+		}
+		rx->ready = true;
+		rx->buf = b;
+		rx->data = (uint8_t *)p.payload;
+		rx->len = p.hdr.len;
+		rx_push(c, rx);
+		return;
+	case EVR_T_RNDV_REQ:
+		repost(c, b);
+		rx = calloc(1, sizeof(*rx));
+		if (!rx) {
+			evr__conn_fail(c, -ENOMEM);
+			return;
+		}
+		rx->rndv = true;
+		rx->len = p.rndv.len;
+		rx->raddr = p.rndv.addr;
+		rx->rkey = p.rndv.rkey;
+		rx->id = p.rndv.id;
+		rx_push(c, rx);
+		rx_start_reads(c);
+		return;
+	case EVR_T_RNDV_FIN: {
+		struct evr__op *op = c->wait_head;
+
+		repost(c, b);
+		if (!op || op->rndv_id != p.fin_id) {
+			proto_error(c, "rendezvous finish for an unknown id");
+			return;
+		}
+		c->wait_head = op->wait_next;
+		if (!c->wait_head)
+			c->wait_tail = NULL;
+		if (p.fin_status && !op->status)
+			op->status = p.fin_status;
+		if (--op->pending == 0)
+			rndv_finish(c, op);
+		return;
+	}
+	default:
+		evr__pool_put(&ctx->pool, b);
+		proto_error(c, "unknown message type");
+		return;
+	}
+}
+
+void evr__recv_done(evr_conn *c, struct evr__buf *b, const struct ibv_wc *wc)
+{
+	evr_ctx *ctx = c->ctx;
+
+	c->recv_posted--;
+	if (wc->status != IBV_WC_SUCCESS) {
+		int err = evr__wc_errno(wc->status);
+
+		evr__pool_put(&ctx->pool, b);
+		if (err == -EMSGSIZE) {
+			proto_error(c, "message larger than the receive buffer");
+		} else {
+			evr__conn_fail(c, err);
+		}
+		return;
+	}
+	if (c->state >= EVR_CS_DISCONNECTING || c->qp_err) {
+		evr__pool_put(&ctx->pool, b);
+		evr__conn_kick(c);
+		return;
+	}
+	if (!c->established) {
+		/* arrived before our ESTABLISHED event: keep it for later */
+		b->byte_len = wc->byte_len;
+		b->opcode = (uint8_t)wc->opcode;
+		b->imm = wc->imm_data;
+		b->next_free = NULL;
+		if (c->early_tail)
+			c->early_tail->next_free = b;
+		else
+			c->early = b;
+		c->early_tail = b;
+		return;
+	}
+	process_recv(c, b, wc);
+}
+
+/* ---- holding received messages ---- */
+
+evr_msg *evr_conn_hold(evr_conn *c)
+{
+	evr_msg *m;
+
+	if (!c || !c->in_recv || !c->cur_msg)
+		return NULL;
+	if (c->cur_held)
+		return c->cur_held;
+	m = malloc(sizeof(*m));
+	if (!m)
+		return NULL;
+	*m = *c->cur_msg;
+	evr__list_add_tail(&c->ctx->held, &m->link);
+	c->cur_held = m;
+	return m;
+}
+
+const void *evr_msg_data(const evr_msg *m)
+{
+	return m->data;
+}
+
+size_t evr_msg_len(const evr_msg *m)
+{
+	return m->len;
+}
+
+void evr_msg_release(evr_msg *m)
+{
+	if (!m)
+		return;
+	evr__list_del(&m->link);
+	if (m->buf) {
+		if (m->conn)
+			repost(m->conn, m->buf);
+		else
+			evr__pool_put(&m->ctx->pool, m->buf);
+	}
+	free(m->mem);
+	free(m);
+}
+
+/* The conn is being freed: its held messages stay valid, detached. */
+void evr__msg_detach_held(evr_conn *c)
+{
+	struct evr__list *pos, *tmp;
+
+	evr__list_for_each_safe(pos, tmp, &c->ctx->held)
+	{
+		evr_msg *m = evr__container_of(pos, evr_msg, link);
+
+		if (m->conn == c)
+			m->conn = NULL;
+	}
+}

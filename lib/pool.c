@@ -1,0 +1,111 @@
+/*
+ * Registered buffer pool of a ctx: eager receive buffers and the copies of
+ * outgoing small messages.  Buffers are cache-line aligned and carved out
+ * of chunks registered once (one ibv_mr per chunk), so the data path never
+ * registers memory.  The pool grows a chunk at a time and never shrinks
+ * before the ctx is destroyed.
+ */
+#include "evrdma-int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct evr__chunk {
+	struct evr__list link;
+	struct ibv_mr *mr;
+	void *mem;
+	struct evr__buf *bufs;
+};
+
+int evr__pool_init(struct evr__pool *p, struct ibv_pd *pd, uint32_t buf_size,
+		   unsigned per_chunk)
+{
+	memset(p, 0, sizeof(*p));
+	p->pd = pd;
+	p->buf_size = (buf_size + EVR__CACHELINE - 1) & ~(EVR__CACHELINE - 1u);
+	p->per_chunk = per_chunk ? per_chunk : 256;
+	evr__list_init(&p->chunks);
+	return 0;
+}
+
+static int pool_grow(struct evr__pool *p)
+{
+	struct evr__chunk *c;
+	size_t bytes = (size_t)p->buf_size * p->per_chunk;
+	unsigned i;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->bufs = calloc(p->per_chunk, sizeof(*c->bufs));
+	if (!c->bufs)
+		goto err_free_chunk;
+	if (posix_memalign(&c->mem, 4096, bytes))
+		goto err_free_bufs;
+	c->mr = ibv_reg_mr(p->pd, c->mem, bytes, IBV_ACCESS_LOCAL_WRITE);
+	if (!c->mr)
+		goto err_free_mem;
+	for (i = 0; i < p->per_chunk; i++) {
+		struct evr__buf *b = &c->bufs[i];
+
+		b->data = (uint8_t *)c->mem + (size_t)i * p->buf_size;
+		b->lkey = c->mr->lkey;
+		b->size = p->buf_size;
+		b->op.kind = EVR_OP_RECV;
+		b->next_free = p->free;
+		p->free = b;
+	}
+	p->total += p->per_chunk;
+	p->nfree += p->per_chunk;
+	evr__list_add_tail(&p->chunks, &c->link);
+	return 0;
+
+err_free_mem:
+	free(c->mem);
+err_free_bufs:
+	free(c->bufs);
+err_free_chunk:
+	free(c);
+	return -ENOMEM;
+}
+
+struct evr__buf *evr__pool_get(struct evr__pool *p)
+{
+	struct evr__buf *b;
+
+	if (!p->free && pool_grow(p) < 0)
+		return NULL;
+	b = p->free;
+	p->free = b->next_free;
+	b->next_free = NULL;
+	p->nfree--;
+	return b;
+}
+
+void evr__pool_put(struct evr__pool *p, struct evr__buf *b)
+{
+	b->op.conn = NULL;
+	b->next_free = p->free;
+	p->free = b;
+	p->nfree++;
+}
+
+void evr__pool_fini(struct evr__pool *p)
+{
+	struct evr__list *pos, *tmp;
+
+	evr__list_for_each_safe(pos, tmp, &p->chunks)
+	{
+		struct evr__chunk *c =
+			evr__container_of(pos, struct evr__chunk, link);
+
+		ibv_dereg_mr(c->mr);
+		free(c->mem);
+		free(c->bufs);
+		free(c);
+	}
+	evr__list_init(&p->chunks);
+	p->free = NULL;
+	p->total = p->nfree = 0;
+}

@@ -1,0 +1,185 @@
+/*
+ * Wire protocol encode/decode.  Peers are untrusted: every decode checks
+ * lengths against the bytes actually received and the limits this side
+ * negotiated, and reports a short static reason on failure.  No function
+ * here allocates or reads past n.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "proto.h"
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	put16(p, (uint16_t)v);
+	put16(p + 2, (uint16_t)(v >> 16));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	put32(p, (uint32_t)v);
+	put32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)get16(p) | ((uint32_t)get16(p + 2) << 16);
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	return (uint64_t)get32(p) | ((uint64_t)get32(p + 4) << 32);
+}
+
+void evr__hdr_encode(uint8_t *out, const struct evr__hdr *h)
+{
+	out[0] = h->type;
+	out[1] = h->flags;
+	put16(out + 2, h->credits);
+	put32(out + 4, h->len);
+}
+
+void evr__rndv_req_encode(uint8_t *out, const struct evr__rndv_req *r)
+{
+	put64(out, r->addr);
+	put64(out + 8, r->len);
+	put32(out + 16, r->rkey);
+	put32(out + 20, r->id);
+}
+
+void evr__rndv_fin_encode(uint8_t *out, uint32_t id, int32_t status)
+{
+	put32(out, id);
+	put32(out + 4, (uint32_t)status);
+}
+
+#define FAIL(reason)                                                           \
+	do {                                                                   \
+		if (why)                                                       \
+			*why = (reason);                                       \
+		return -EPROTO;                                                \
+	} while (0)
+
+int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
+		   struct evr__parsed *out, const char **why)
+{
+	const uint8_t *p = buf;
+
+	memset(out, 0, sizeof(*out));
+	if (n < EVR_HDR_SIZE)
+		FAIL("message shorter than the header");
+	out->hdr.type = p[0];
+	out->hdr.flags = p[1];
+	out->hdr.credits = get16(p + 2);
+	out->hdr.len = get32(p + 4);
+	if (out->hdr.flags != 0)
+		FAIL("unknown header flags");
+	if ((size_t)out->hdr.len != n - EVR_HDR_SIZE)
+		FAIL("header length does not match the bytes received");
+	p += EVR_HDR_SIZE;
+
+	switch (out->hdr.type) {
+	case EVR_T_EAGER:
+		if (out->hdr.len > lim->max_eager)
+			FAIL("eager payload larger than the receive buffer");
+		out->payload = p;
+		return 0;
+	case EVR_T_RNDV_REQ:
+		if (out->hdr.len != EVR_RNDV_REQ_SIZE)
+			FAIL("rendezvous request of the wrong size");
+		out->rndv.addr = get64(p);
+		out->rndv.len = get64(p + 8);
+		out->rndv.rkey = get32(p + 16);
+		out->rndv.id = get32(p + 20);
+		if (out->rndv.len > lim->max_msg)
+			FAIL("rendezvous length beyond the maximum message size");
+		if (out->rndv.len <= lim->max_eager)
+			FAIL("rendezvous length small enough to be eager");
+		if (out->rndv.addr + out->rndv.len < out->rndv.addr)
+			FAIL("rendezvous address range wraps");
+		return 0;
+	case EVR_T_RNDV_FIN:
+		if (out->hdr.len != EVR_RNDV_FIN_SIZE)
+			FAIL("rendezvous finish of the wrong size");
+		out->fin_id = get32(p);
+		out->fin_status = (int32_t)get32(p + 4);
+		if (out->fin_status > 0 || out->fin_status < -4095)
+			FAIL("rendezvous finish with a bad status");
+		return 0;
+	case EVR_T_CREDIT:
+		if (out->hdr.len != 0)
+			FAIL("credit update with a payload");
+		return 0;
+	default:
+		FAIL("unknown message type");
+	}
+}
+
+size_t evr__hs_encode(uint8_t *out, const struct evr__hs *hs)
+{
+	size_t ulen = hs->user_len > EVR_HS_USER_MAX ? EVR_HS_USER_MAX
+						     : hs->user_len;
+
+	put32(out, EVR_PROTO_MAGIC);
+	out[4] = EVR_PROTO_VERSION;
+	out[5] = hs->kind;
+	out[6] = (uint8_t)ulen;
+	out[7] = 0;
+	put16(out + 8, hs->recv_depth);
+	put16(out + 10, 0);
+	put32(out + 12, hs->max_eager);
+	put64(out + 16, hs->max_msg);
+	memcpy(out + EVR_HS_FIXED, hs->user, ulen);
+	return EVR_HS_FIXED + ulen;
+}
+
+int evr__hs_decode(const void *buf, size_t n, struct evr__hs *out,
+		   const char **why)
+{
+	const uint8_t *p = buf;
+
+	memset(out, 0, sizeof(*out));
+	if (!buf || n < EVR_HS_FIXED)
+		FAIL("handshake shorter than its fixed part");
+	if (get32(p) != EVR_PROTO_MAGIC)
+		FAIL("bad handshake magic (not an evrdma peer)");
+	if (p[4] != EVR_PROTO_VERSION)
+		FAIL("unsupported protocol version");
+	out->kind = p[5];
+	if (out->kind < EVR_HS_REQ || out->kind > EVR_HS_REJ)
+		FAIL("unknown handshake kind");
+	out->user_len = p[6];
+	if (p[7] != 0 || get16(p + 10) != 0)
+		FAIL("reserved handshake bytes are not zero");
+	if (out->user_len > EVR_HS_USER_MAX)
+		FAIL("handshake user data too long");
+	if (EVR_HS_FIXED + (size_t)out->user_len > n)
+		FAIL("handshake user data truncated");
+	out->recv_depth = get16(p + 8);
+	out->max_eager = get32(p + 12);
+	out->max_msg = get64(p + 16);
+	memcpy(out->user, p + EVR_HS_FIXED, out->user_len);
+	if (out->kind == EVR_HS_REJ)
+		return 0; /* a reject carries only its reason */
+	if (out->recv_depth < EVR_HS_MIN_DEPTH)
+		FAIL("peer receive depth too small");
+	if (out->max_eager < EVR_HS_MIN_EAGER ||
+	    out->max_eager > EVR_HS_MAX_EAGER)
+		FAIL("peer eager size out of range");
+	if (out->max_msg < out->max_eager)
+		FAIL("peer maximum message smaller than its eager size");
+	return 0;
+}

@@ -1,0 +1,96 @@
+/*
+ * Wire protocol: the fixed message header, the rendezvous bodies and the
+ * connect handshake carried in rdma_cm private data.  Everything here is
+ * pure (no verbs, no allocation) so it can be unit-tested and fuzzed.
+ * All multi-byte fields are little endian on the wire.
+ */
+#ifndef EVR_PROTO_H
+#define EVR_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define EVR_PROTO_MAGIC 0x31525645u /* "EVR1" */
+#define EVR_PROTO_VERSION 1
+
+enum evr__msg_type {
+	EVR_T_EAGER = 1,    /* header + payload */
+	EVR_T_RNDV_REQ = 2, /* header + evr__rndv_req: read my buffer */
+	EVR_T_RNDV_FIN = 3, /* header + evr__rndv_fin: done reading it */
+	EVR_T_CREDIT = 4,   /* header only: credits returned */
+	EVR_T_MAX = 4,
+};
+
+/* type u8 | flags u8 | credits u16 | len u32 (payload bytes) */
+#define EVR_HDR_SIZE 8
+#define EVR_RNDV_REQ_SIZE 24 /* addr u64 | len u64 | rkey u32 | id u32 */
+#define EVR_RNDV_FIN_SIZE 8  /* id u32 | status u32 */
+
+struct evr__hdr {
+	uint8_t type;
+	uint8_t flags;
+	uint16_t credits;
+	uint32_t len;
+};
+
+struct evr__rndv_req {
+	uint64_t addr;
+	uint64_t len;
+	uint32_t rkey;
+	uint32_t id;
+};
+
+/* What a receiver accepts; anything outside is -EPROTO. */
+struct evr__limits {
+	uint32_t max_eager; /* largest eager payload (my receive buffers) */
+	uint64_t max_msg;   /* largest message, eager or rendezvous */
+};
+
+/* A decoded, validated message. */
+struct evr__parsed {
+	struct evr__hdr hdr;
+	const uint8_t *payload; /* EAGER: the payload */
+	struct evr__rndv_req rndv; /* RNDV_REQ */
+	uint32_t fin_id;	   /* RNDV_FIN */
+	int32_t fin_status;	   /* RNDV_FIN: 0 or -errno of the reader */
+};
+
+void evr__hdr_encode(uint8_t *out, const struct evr__hdr *h);
+void evr__rndv_req_encode(uint8_t *out, const struct evr__rndv_req *r);
+void evr__rndv_fin_encode(uint8_t *out, uint32_t id, int32_t status);
+
+/*
+ * Decode and validate a received message of n bytes.  Returns 0, or
+ * -EPROTO with *why set to a static reason.
+ */
+int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
+		   struct evr__parsed *out, const char **why);
+
+/* Handshake in rdma_cm private data (connect request, accept, reject). */
+enum evr__hs_kind { EVR_HS_REQ = 1, EVR_HS_REP = 2, EVR_HS_REJ = 3 };
+
+#define EVR_HS_FIXED 24
+#define EVR_HS_USER_MAX 32
+#define EVR_HS_MAX (EVR_HS_FIXED + EVR_HS_USER_MAX)
+
+struct evr__hs {
+	uint8_t kind;
+	uint8_t user_len;
+	uint16_t recv_depth; /* receive buffers I post (your credits) */
+	uint32_t max_eager;  /* largest eager payload I accept */
+	uint64_t max_msg;    /* largest message I accept */
+	uint8_t user[EVR_HS_USER_MAX];
+};
+
+/* Returns the encoded length (<= EVR_HS_MAX). */
+size_t evr__hs_encode(uint8_t *out, const struct evr__hs *hs);
+/* Validates magic, version, kind and every field; -EPROTO with *why. */
+int evr__hs_decode(const void *buf, size_t n, struct evr__hs *out,
+		   const char **why);
+
+/* Sanity bounds a peer's handshake must respect. */
+#define EVR_HS_MIN_DEPTH 4
+#define EVR_HS_MIN_EAGER 64
+#define EVR_HS_MAX_EAGER (1u << 20)
+
+#endif

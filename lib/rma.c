@@ -1,0 +1,140 @@
+/*
+ * One-sided operations on registered memory: RDMA WRITE (with and without
+ * immediate data), RDMA READ, atomic fetch-add and compare-swap.  Each is
+ * validated against both regions, queued in order with the conn's sends
+ * and completes through its callback exactly once.  Only WRITE with
+ * immediate consumes a receive at the peer, so only it takes a credit.
+ */
+#include "evrdma-int.h"
+
+#include <errno.h>
+
+static int rma_submit(evr_conn *c, enum evr__op_kind kind,
+		      enum ibv_wr_opcode opcode, evr_mr *lmr, size_t loff,
+		      const struct evr_rkey *rk, uint64_t roff, size_t len,
+		      evr_op_cb cb, void *arg, struct evr__op **out)
+{
+	evr_ctx *ctx;
+	struct evr__op *op;
+
+	if (!c || !lmr || !rk || lmr->ctx != c->ctx)
+		return -EINVAL;
+	ctx = c->ctx;
+	if (c->state >= EVR_CS_CLOSING || c->notified)
+		return -EPIPE;
+	if (loff > lmr->mr->length || len > lmr->mr->length - loff)
+		return -ERANGE;
+	if (roff > rk->len || len > rk->len - roff)
+		return -ERANGE;
+	if (len > ctx->max_msg_sz)
+		return -EMSGSIZE;
+	op = evr__op_alloc(ctx);
+	if (!op)
+		return -ENOMEM;
+	op->conn = c;
+	op->kind = (uint8_t)kind;
+	op->cb = cb;
+	op->arg = arg;
+	op->mr = lmr;
+	op->len = len;
+	op->credit = kind == EVR_OP_WRITE_IMM;
+	op->sge.addr = (uintptr_t)lmr->mr->addr + loff;
+	op->sge.length = (uint32_t)len;
+	op->sge.lkey = lmr->mr->lkey;
+	op->wr.num_sge = len ? 1 : 0;
+	op->wr.opcode = opcode;
+	if (kind == EVR_OP_ATOMIC) {
+		op->wr.wr.atomic.remote_addr = rk->addr + roff;
+		op->wr.wr.atomic.rkey = rk->rkey;
+	} else {
+		op->wr.wr.rdma.remote_addr = rk->addr + roff;
+		op->wr.wr.rdma.rkey = rk->rkey;
+	}
+	lmr->busy++;
+	*out = op;
+	return 0;
+}
+
+static void rma_queue(struct evr__op *op)
+{
+	evr__opq_push(&op->conn->sendq, op);
+	evr__conn_dirty(op->conn);
+}
+
+int evr_write(evr_conn *c, evr_mr *lmr, size_t loff, const struct evr_rkey *rk,
+	      uint64_t roff, size_t len, evr_op_cb cb, void *arg)
+{
+	struct evr__op *op;
+	int err = rma_submit(c, EVR_OP_WRITE, IBV_WR_RDMA_WRITE, lmr, loff, rk,
+			     roff, len, cb, arg, &op);
+
+	if (err)
+		return err;
+	rma_queue(op);
+	return 0;
+}
+
+int evr_write_imm(evr_conn *c, evr_mr *lmr, size_t loff,
+		  const struct evr_rkey *rk, uint64_t roff, size_t len,
+		  uint32_t imm, evr_op_cb cb, void *arg)
+{
+	struct evr__op *op;
+	int err = rma_submit(c, EVR_OP_WRITE_IMM, IBV_WR_RDMA_WRITE_WITH_IMM,
+			     lmr, loff, rk, roff, len, cb, arg, &op);
+
+	if (err)
+		return err;
+	op->wr.imm_data = imm;
+	rma_queue(op);
+	return 0;
+}
+
+int evr_read(evr_conn *c, evr_mr *lmr, size_t loff, const struct evr_rkey *rk,
+	     uint64_t roff, size_t len, evr_op_cb cb, void *arg)
+{
+	struct evr__op *op;
+	int err = rma_submit(c, EVR_OP_READ, IBV_WR_RDMA_READ, lmr, loff, rk,
+			     roff, len, cb, arg, &op);
+
+	if (err)
+		return err;
+	rma_queue(op);
+	return 0;
+}
+
+static int atomic_submit(evr_conn *c, enum ibv_wr_opcode opcode, evr_mr *lmr,
+			 size_t loff, const struct evr_rkey *rk, uint64_t roff,
+			 uint64_t a, uint64_t b, evr_op_cb cb, void *arg)
+{
+	struct evr__op *op;
+	int err;
+
+	if (!rk || ((rk->addr + roff) & 7) || (loff & 7))
+		return -EINVAL;
+	if (c && c->ctx->dattr.atomic_cap == IBV_ATOMIC_NONE)
+		return -EOPNOTSUPP;
+	err = rma_submit(c, EVR_OP_ATOMIC, opcode, lmr, loff, rk, roff, 8, cb,
+			 arg, &op);
+	if (err)
+		return err;
+	op->wr.wr.atomic.compare_add = a;
+	op->wr.wr.atomic.swap = b;
+	rma_queue(op);
+	return 0;
+}
+
+int evr_fetch_add(evr_conn *c, evr_mr *lmr, size_t loff,
+		  const struct evr_rkey *rk, uint64_t roff, uint64_t add,
+		  evr_op_cb cb, void *arg)
+{
+	return atomic_submit(c, IBV_WR_ATOMIC_FETCH_AND_ADD, lmr, loff, rk,
+			     roff, add, 0, cb, arg);
+}
+
+int evr_cmp_swap(evr_conn *c, evr_mr *lmr, size_t loff,
+		 const struct evr_rkey *rk, uint64_t roff, uint64_t compare,
+		 uint64_t swap, evr_op_cb cb, void *arg)
+{
+	return atomic_submit(c, IBV_WR_ATOMIC_CMP_AND_SWP, lmr, loff, rk, roff,
+			     compare, swap, cb, arg);
+}

@@ -1,0 +1,132 @@
+/*
+ * Send queue of one QP: batching and selective signaling.
+ *
+ * Ops submitted during a loop iteration are chained into one batch and
+ * posted with a single ibv_post_send.  Only one WR in `interval` is
+ * signaled, plus the last WR of every batch, so the SQ never ends with an
+ * unsignaled tail whose completion nobody would ever see.  RC completes
+ * send WRs in order, so the completion of a signaled WR means every WR
+ * posted before it has completed too: evr__sq_complete() walks the posted
+ * FIFO up to that op and completes each one, in posting order.  A WR that
+ * fails produces a completion whether signaled or not; the WRs before it
+ * had succeeded (in-order execution), those after it are flushed.
+ */
+#include "evrdma-int.h"
+
+#include <errno.h>
+
+void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
+		  unsigned interval, evr__sq_done_fn done, struct evr_stats *st)
+{
+	sq->qp = qp;
+	sq->depth = depth;
+	sq->outstanding = 0;
+	if (interval < 1)
+		interval = 1;
+	if (interval > depth / 2 && depth >= 2)
+		interval = depth / 2;
+	sq->interval = interval;
+	sq->unsig_run = 0;
+	evr__opq_init(&sq->posted);
+	evr__opq_init(&sq->batch);
+	sq->done = done;
+	sq->st = st;
+}
+
+void evr__sq_add(struct evr__sq *sq, struct evr__op *op)
+{
+	struct evr__op *prev = sq->batch.tail;
+
+	op->wr.wr_id = (uintptr_t)op;
+	op->wr.next = NULL;
+	op->wr.send_flags &= ~IBV_SEND_SIGNALED;
+	if (++sq->unsig_run >= sq->interval) {
+		op->wr.send_flags |= IBV_SEND_SIGNALED;
+		sq->unsig_run = 0;
+	}
+	if (prev)
+		prev->wr.next = &op->wr;
+	evr__opq_push(&sq->batch, op);
+}
+
+int evr__sq_commit(struct evr__sq *sq)
+{
+	struct ibv_send_wr *bad = NULL;
+	struct evr__op *op, *last = sq->batch.tail;
+	unsigned n = sq->batch.n, nsig = 0;
+	int rc;
+
+	if (!n)
+		return 0;
+	if (!(last->wr.send_flags & IBV_SEND_SIGNALED)) {
+		last->wr.send_flags |= IBV_SEND_SIGNALED;
+		sq->unsig_run = 0;
+	}
+	for (op = sq->batch.head; op; op = op->next)
+		nsig += !!(op->wr.send_flags & IBV_SEND_SIGNALED);
+
+	rc = evr__post_send(sq->qp, &sq->batch.head->wr, &bad);
+	if (sq->st) {
+		sq->st->post_send_calls++;
+	}
+	if (rc == 0) {
+		if (sq->st) {
+			sq->st->send_wrs += n;
+			sq->st->signaled_wrs += nsig;
+		}
+		/* splice the batch onto the posted FIFO */
+		if (sq->posted.tail)
+			sq->posted.tail->next = sq->batch.head;
+		else
+			sq->posted.head = sq->batch.head;
+		sq->posted.tail = sq->batch.tail;
+		sq->posted.n += n;
+		sq->outstanding += n;
+		evr__opq_init(&sq->batch);
+		return 0;
+	}
+
+	/* WRs before `bad` were posted, the rest were not.  The posted prefix
+	 * may end unsignaled; a post error means the QP is unusable, so the
+	 * caller fails the conn, the QP goes to the error state and every
+	 * posted WR, signaled or not, completes as flushed. */
+	while (bad && (op = sq->batch.head) && &op->wr != bad) {
+		evr__opq_pop(&sq->batch);
+		evr__opq_push(&sq->posted, op);
+		sq->outstanding++;
+		if (sq->st)
+			sq->st->send_wrs++;
+	}
+	while ((op = evr__opq_pop(&sq->batch)))
+		sq->done(op, rc);
+	return rc;
+}
+
+void evr__sq_complete(struct evr__sq *sq, struct evr__op *upto, int status)
+{
+	struct evr__op *op;
+	/* Predecessors of a failed WR succeeded -- unless the failure is a
+	 * flush, in which case they were flushed as well. */
+	int before = status == -ECANCELED ? -ECANCELED : 0;
+
+	while ((op = evr__opq_pop(&sq->posted))) {
+		sq->outstanding--;
+		if (op == upto) {
+			sq->done(op, status);
+			return;
+		}
+		sq->done(op, before);
+	}
+}
+
+void evr__sq_abandon(struct evr__sq *sq, int status)
+{
+	struct evr__op *op;
+
+	while ((op = evr__opq_pop(&sq->posted))) {
+		sq->outstanding--;
+		sq->done(op, status);
+	}
+	while ((op = evr__opq_pop(&sq->batch)))
+		sq->done(op, status);
+}

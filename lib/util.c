@@ -1,0 +1,147 @@
+/*
+ * Small shared helpers: logging (one function, levels, off by default),
+ * error names, clocks and environment overrides.
+ */
+#include "evrdma-int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+static int env_log_level(void)
+{
+	const char *s = getenv("EVR_LOG");
+
+	if (!s || !*s)
+		return -1;
+	if (!strcasecmp(s, "error"))
+		return EVR_LOG_ERROR;
+	if (!strcasecmp(s, "warn"))
+		return EVR_LOG_WARN;
+	if (!strcasecmp(s, "info"))
+		return EVR_LOG_INFO;
+	if (!strcasecmp(s, "debug") || !strcmp(s, "1"))
+		return EVR_LOG_DEBUG;
+	return EVR_LOG_WARN;
+}
+
+void evr__log(const evr_ctx *ctx, enum evr_log_level lvl, const char *fmt, ...)
+{
+	static const char *const names[] = {"error", "warn", "info", "debug"};
+	char line[512];
+	va_list ap;
+	int env;
+
+	if (ctx && ctx->o.log_fn) {
+		if (lvl > ctx->o.log_level)
+			return;
+	} else {
+		env = env_log_level();
+		if (env < 0 || (int)lvl > env)
+			return;
+	}
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (ctx && ctx->o.log_fn)
+		ctx->o.log_fn(lvl, line, ctx->o.log_arg);
+	else
+		fprintf(stderr, "evrdma %s: %s\n", names[lvl], line);
+}
+
+uint64_t evr__now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int evr__set_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	return 0;
+}
+
+unsigned evr__env_uint(const char *name, unsigned dflt)
+{
+	const char *s = getenv(name);
+	char *end;
+	unsigned long v;
+
+	if (!s || !*s)
+		return dflt;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v > 0xffffffffu)
+		return dflt;
+	return (unsigned)v;
+}
+
+#define ERRNAMES(X)                                                            \
+	X(EPERM) X(ENOENT) X(EINTR) X(EIO) X(EBADF) X(EAGAIN) X(ENOMEM)         \
+	X(EACCES) X(EFAULT) X(EBUSY) X(EEXIST) X(ENODEV) X(EINVAL) X(ENOSPC)   \
+	X(ERANGE) X(ENOSYS) X(EPROTO) X(EMSGSIZE) X(EPROTONOSUPPORT)           \
+	X(EOPNOTSUPP) X(EADDRINUSE) X(EADDRNOTAVAIL) X(ENETDOWN)               \
+	X(ENETUNREACH) X(ENETRESET) X(ECONNABORTED) X(ECONNRESET) X(ENOBUFS)   \
+	X(EISCONN) X(ENOTCONN) X(ETIMEDOUT) X(ECONNREFUSED) X(EHOSTUNREACH)    \
+	X(EALREADY) X(EINPROGRESS) X(ECANCELED) X(EREMOTEIO) X(EPIPE)          \
+	X(EAFNOSUPPORT)
+
+const char *evr_err_name(int err)
+{
+#define X(e)                                                                   \
+	if (err == -(e))                                                       \
+		return #e;
+	ERRNAMES(X)
+#undef X
+	if (err == 0)
+		return "OK";
+	return "EUNKNOWN";
+}
+
+const char *evr_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case -EPROTO:
+		return "protocol error: the peer sent invalid data";
+	case -ECANCELED:
+		return "operation canceled (flushed or connection closed)";
+	case -ECONNREFUSED:
+		return "connection refused (no listener, or rejected by the peer)";
+	case -ENOBUFS:
+		return "send queue full: wait for the drain callback";
+	default:
+		/* strerror() is not thread-safe; the table it reads is. */
+		if (err < 0 && err > -4096) {
+			const char *s = strerrordesc_np(-err);
+
+			if (s)
+				return s;
+		}
+		return "unknown error";
+	}
+}
+
+const char *evr_mode_str(enum evr_mode mode)
+{
+	switch (mode) {
+	case EVR_MODE_EVENT:
+		return "event";
+	case EVR_MODE_POLL:
+		return "poll";
+	case EVR_MODE_ADAPTIVE:
+		return "adaptive";
+	}
+	return "unknown";
+}

@@ -1,0 +1,133 @@
+/*
+ * Helpers for the RDMA tests.  These run on a real verbs stack (a host
+ * RDMA device, or the Soft-RoCE guest started by test/rdma/run-suite) and
+ * use the public API only.
+ *
+ *   EVR_TEST_ADDR   local IPv4 address of the RDMA device (default
+ *                   10.77.0.1, the guest's rxe0)
+ *   EVR_TEST_ADDR6  its IPv6 address (default fd77::1)
+ *   EVR_SKIP_RDMA=1 every RDMA test exits 77 (SKIP): an explicit opt-out
+ */
+#ifndef EVR_RT_H
+#define EVR_RT_H
+
+#include <errno.h>
+#include <ev.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "evrdma.h"
+
+static inline const char *rt_addr(void)
+{
+	const char *a = getenv("EVR_TEST_ADDR");
+
+	return a && *a ? a : "10.77.0.1";
+}
+
+static inline const char *rt_addr6(void)
+{
+	const char *a = getenv("EVR_TEST_ADDR6");
+
+	return a && *a ? a : "fd77::1";
+}
+
+/* Call first in main(): honours the opt-out and bounds the run time. */
+static inline void rt_init(unsigned timeout_s)
+{
+	const char *s = getenv("EVR_SKIP_RDMA");
+
+	if (s && *s && strcmp(s, "0")) {
+		printf("SKIP: EVR_SKIP_RDMA is set\n");
+		exit(77);
+	}
+	alarm(timeout_s);
+	setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
+static inline void rt_ctx_opts(struct evr_ctx_opts *o)
+{
+	evr_ctx_opts_init(o);
+	o->local_addr = rt_addr();
+}
+
+static void rt_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)w;
+	(void)revents;
+	*(int *)w->data = 1;
+	ev_break(loop, EVBREAK_ALL);
+}
+
+static void rt_check_cb(struct ev_loop *loop, ev_check *w, int revents)
+{
+	int (*pred)(void *) = (int (*)(void *))((void **)w->data)[0];
+
+	(void)revents;
+	if (pred(((void **)w->data)[1]))
+		ev_break(loop, EVBREAK_ALL);
+}
+
+/*
+ * Run the loop until pred(arg) is true or `seconds` pass.  Returns 0 when
+ * the predicate became true, -1 on timeout.
+ */
+static inline int rt_run_until(struct ev_loop *loop, int (*pred)(void *),
+			       void *arg, double seconds)
+{
+	ev_timer t;
+	ev_check chk;
+	int timed_out = 0;
+	void *data[2] = {(void *)pred, arg};
+
+	if (pred(arg))
+		return 0;
+	ev_timer_init(&t, rt_timeout_cb, seconds, 0.);
+	t.data = &timed_out;
+	ev_check_init(&chk, rt_check_cb);
+	chk.data = data;
+	ev_timer_start(loop, &t);
+	ev_check_start(loop, &chk);
+	while (!timed_out && !pred(arg))
+		ev_run(loop, EVRUN_ONCE);
+	ev_timer_stop(loop, &t);
+	ev_check_stop(loop, &chk);
+	return pred(arg) ? 0 : -1;
+}
+
+/* A deterministic byte pattern: message `seq`, byte i. */
+static inline uint8_t rt_pat(uint32_t seq, size_t i)
+{
+	uint32_t x = seq * 2654435761u + (uint32_t)i * 40503u;
+
+	return (uint8_t)(x ^ (x >> 13));
+}
+
+static inline void rt_fill(void *buf, size_t len, uint32_t seq)
+{
+	uint8_t *p = buf;
+
+	for (size_t i = 0; i < len; i++)
+		p[i] = rt_pat(seq, i);
+}
+
+/* Index of the first wrong byte, or -1 when it all matches. */
+static inline long rt_verify(const void *buf, size_t len, uint32_t seq)
+{
+	const uint8_t *p = buf;
+
+	for (size_t i = 0; i < len; i++)
+		if (p[i] != rt_pat(seq, i))
+			return (long)i;
+	return -1;
+}
+
+#endif
