@@ -87,8 +87,11 @@ enum evr_mode {
 EVR_EXPORT const char *evr_mode_str(enum evr_mode mode);
 
 struct evr_ctx_opts {
-	/** RDMA device name ("rxe0"); NULL: the device of local_addr, else
-	 *  the EVR_DEVICE environment variable, else the first device. */
+	/** RDMA device name ("rxe0").  NULL: the device that has local_addr,
+	 *  else the one named by the EVR_DEVICE environment variable, else
+	 *  the device of the first address rdma_cm resolves for this ctx
+	 *  (evr_listen, evr_connect) -- or the first device, if evr_mr_reg()
+	 *  comes first.  A ctx serves one device. */
 	const char *device;
 	/** A local IP address whose device the ctx binds to (or NULL). */
 	const char *local_addr;
@@ -117,8 +120,9 @@ EVR_EXPORT void evr_ctx_opts_init(struct evr_ctx_opts *opts);
 /**
  * Create a context on loop (a libev loop the caller runs), or on a private
  * loop when loop is NULL (drive it with evr_ctx_run() or the embedding
- * calls below).  Opens the device, allocates the PD, the CQ(s) with their
- * completion channel, the rdma_cm event channel and starts the watchers.
+ * calls below).  Creates the rdma_cm event channel and, once the device is
+ * known (see evr_ctx_opts.device), the PD, the completion channel and the
+ * CQs, and starts the watchers.
  * On success *out is owned by the caller until evr_ctx_destroy().
  */
 EVR_EXPORT int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
@@ -137,7 +141,7 @@ EVR_EXPORT void evr_ctx_destroy(evr_ctx *ctx);
 /** The libev loop the ctx runs on (the private one if created with NULL). */
 EVR_EXPORT struct ev_loop *evr_ctx_loop(evr_ctx *ctx);
 
-/** Name of the RDMA device the ctx is bound to ("rxe0"). */
+/** Name of the RDMA device the ctx is bound to ("rxe0"; "" until bound). */
 EVR_EXPORT const char *evr_ctx_device(const evr_ctx *ctx);
 
 /** Switch the completion mode at run time. */
@@ -181,6 +185,44 @@ EVR_EXPORT void evr_ctx_on_mode_switch(evr_ctx *ctx, evr_mode_cb cb,
 EVR_EXPORT int evr_ctx_run(evr_ctx *ctx);
 /** Make evr_ctx_run() return after the current iteration. */
 EVR_EXPORT void evr_ctx_stop(evr_ctx *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Embedding in another event loop (epoll, poll, libuv, ...)                */
+
+/*
+ * For a ctx created with loop == NULL.  The contract, as for libuv's
+ * uv_backend_fd() and UCX's ucp_worker_arm():
+ *
+ *   fd = evr_ctx_fd(ctx);            // once; add it to your poller (EPOLLIN)
+ *   for (;;) {
+ *       t = evr_ctx_timeout_ms(ctx); // 0: do not sleep; -1: no deadline
+ *       wait for fd readable or t ms, merged with your own timeout;
+ *       evr_ctx_process(ctx);        // never blocks
+ *   }
+ *
+ * The fd becomes readable whenever a completion, rdma_cm event or device
+ * event is waiting.  evr_ctx_process() drains everything that is ready (so
+ * the fd is no longer readable when it returns unless something new came)
+ * and re-arms the CQs with the arm-then-poll sequence, so a completion that
+ * races the arm is either handled in that call or makes the fd readable
+ * again: the contract holds with level- and edge-triggered epoll alike.
+ * Work the library cannot do from the fd -- sends submitted from outside
+ * its callbacks, expired timers, POLL mode -- shows in evr_ctx_timeout_ms()
+ * returning 0 (or the time to the next deadline): always call it right
+ * before sleeping, after all your own calls into the library.
+ */
+
+/** The ctx's poll fd (-EINVAL for a ctx on a user libev loop).  Owned by
+ *  the ctx: do not close it; remove it from your poller before
+ *  evr_ctx_destroy(). */
+EVR_EXPORT int evr_ctx_fd(evr_ctx *ctx);
+/** Handle everything that is ready, without blocking.  Callbacks fire from
+ *  here.  Returns 0 or a negative errno. */
+EVR_EXPORT int evr_ctx_process(evr_ctx *ctx);
+/** How long the host loop may sleep: 0 (call evr_ctx_process() again
+ *  right away), a positive number of ms until the next library deadline,
+ *  or -1 (until the fd is readable). */
+EVR_EXPORT int evr_ctx_timeout_ms(evr_ctx *ctx);
 
 /* ------------------------------------------------------------------------ */
 /* Connections                                                              */

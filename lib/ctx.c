@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <unistd.h>
 
 void evr_ctx_opts_init(struct evr_ctx_opts *o)
 {
@@ -281,6 +282,11 @@ static int open_by_name(evr_ctx *ctx, const char *name)
 	struct ibv_context **list;
 	int n, i;
 
+	if (ctx->devlist) {
+		rdma_free_devices(ctx->devlist);
+		ctx->devlist = NULL;
+		ctx->verbs = NULL;
+	}
 	list = rdma_get_devices(&n);
 	if (!list)
 		return errno ? -errno : -ENODEV;
@@ -340,8 +346,11 @@ static void ctx_free(evr_ctx *ctx)
 		ev_check_stop(ctx->loop, &ctx->check_w);
 		ev_idle_stop(ctx->loop, &ctx->idle_w);
 	}
+	if (ctx->efd >= 0)
+		close(ctx->efd);
 	evr__reg_cache_fini(ctx);
-	evr__pool_fini(&ctx->pool);
+	if (ctx->pd)
+		evr__pool_fini(&ctx->pool);
 	evr__cq_destroy_all(ctx);
 	if (ctx->ch)
 		ibv_destroy_comp_channel(ctx->ch);
@@ -360,11 +369,75 @@ static void ctx_free(evr_ctx *ctx)
 	free(ctx);
 }
 
+/*
+ * Set up everything that belongs to the device: PD, completion channel,
+ * buffer pool and the completion and async-event watchers.  verbs is the
+ * librdmacm context of a cm_id (lazy binding), or NULL when ctx->verbs was
+ * already chosen.  A ctx serves one device; -ENODEV for another one.
+ */
+int evr__ctx_bind(evr_ctx *ctx, struct ibv_context *verbs)
+{
+	struct ibv_port_attr pattr;
+	int err;
+
+	if (ctx->pd)
+		return verbs && verbs != ctx->verbs ? -ENODEV : 0;
+	if (verbs) {
+		err = open_by_name(ctx, ibv_get_device_name(verbs->device));
+		if (err)
+			return err;
+		if (ctx->verbs != verbs)
+			return -ENODEV;
+	}
+	if (!ctx->verbs) {
+		err = open_by_name(ctx, NULL);
+		if (err)
+			return err;
+	}
+	snprintf(ctx->devname, sizeof(ctx->devname), "%s",
+		 ibv_get_device_name(ctx->verbs->device));
+	if (ibv_query_device(ctx->verbs, &ctx->dattr))
+		return errno ? -errno : -EIO;
+	ctx->max_msg_sz = 1u << 30;
+	if (ibv_query_port(ctx->verbs, 1, &pattr) == 0 && pattr.max_msg_sz)
+		ctx->max_msg_sz = pattr.max_msg_sz;
+	if ((unsigned)ctx->dattr.max_qp_wr < ctx->o.sq_depth ||
+	    (unsigned)ctx->dattr.max_qp_wr < ctx->o.recv_depth) {
+		EVR_ERR(ctx, "queue depth beyond the device limit %d",
+			ctx->dattr.max_qp_wr);
+		return -EINVAL;
+	}
+	ctx->pd = ibv_alloc_pd(ctx->verbs);
+	if (!ctx->pd)
+		return errno ? -errno : -ENOMEM;
+	ctx->ch = ibv_create_comp_channel(ctx->verbs);
+	if (!ctx->ch)
+		return errno ? -errno : -ENOMEM;
+	if ((err = evr__set_nonblock(ctx->ch->fd)) ||
+	    (err = evr__set_nonblock(ctx->verbs->async_fd)))
+		return err;
+	err = evr__pool_init(&ctx->pool, ctx->pd,
+			     EVR_HDR_SIZE + ctx->max_eager, 0);
+	if (err)
+		return err;
+	ev_io_init(&ctx->cq_w, evr__cq_on_channel, ctx->ch->fd, EV_READ);
+	ev_io_init(&ctx->async_w, on_async, ctx->verbs->async_fd, EV_READ);
+	ev_io_start(ctx->loop, &ctx->cq_w);
+	ev_io_start(ctx->loop, &ctx->async_w);
+	if (ctx->efd >= 0) {
+		err = evr__embed_add_device(ctx);
+		if (err)
+			return err;
+	}
+	EVR_INFO(ctx, "ctx on %s, mode %s", ctx->devname,
+		 evr_mode_str(ctx->mode));
+	return 0;
+}
+
 int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 		   const struct evr_ctx_opts *opts)
 {
 	struct evr_ctx_opts dflt;
-	struct ibv_port_attr pattr;
 	struct evr__adapt_cfg acfg;
 	const char *dev;
 	evr_ctx *ctx;
@@ -387,6 +460,7 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	if (!ctx)
 		return -ENOMEM;
 	ctx->o = *opts;
+	ctx->efd = -1;
 	if (!ctx->o.signal_interval)
 		ctx->o.signal_interval = 1;
 	if (!ctx->o.send_queue_lowat)
@@ -414,52 +488,23 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 		}
 	}
 
-	dev = opts->device;
-	if (!dev && !opts->local_addr)
-		dev = getenv("EVR_DEVICE");
-	if (dev || !opts->local_addr)
-		err = open_by_name(ctx, dev);
-	else
-		err = open_by_addr(ctx, opts->local_addr);
-	if (err)
-		goto err_free;
-	snprintf(ctx->devname, sizeof(ctx->devname), "%s",
-		 ibv_get_device_name(ctx->verbs->device));
-	if (ibv_query_device(ctx->verbs, &ctx->dattr)) {
-		err = -errno;
-		goto err_free;
-	}
-	ctx->max_msg_sz = 1u << 30;
-	if (ibv_query_port(ctx->verbs, 1, &pattr) == 0 && pattr.max_msg_sz)
-		ctx->max_msg_sz = pattr.max_msg_sz;
-	if ((unsigned)ctx->dattr.max_qp_wr < opts->sq_depth ||
-	    (unsigned)ctx->dattr.max_qp_wr < opts->recv_depth) {
-		err = -EINVAL;
-		EVR_ERR(ctx, "queue depth beyond the device limit %d",
-			ctx->dattr.max_qp_wr);
-		goto err_free;
-	}
-	ctx->pd = ibv_alloc_pd(ctx->verbs);
-	if (!ctx->pd) {
-		err = errno ? -errno : -ENOMEM;
-		goto err_free;
-	}
-	ctx->ch = ibv_create_comp_channel(ctx->verbs);
-	if (!ctx->ch) {
-		err = errno ? -errno : -ENOMEM;
-		goto err_free;
-	}
 	ctx->cm_ch = rdma_create_event_channel();
 	if (!ctx->cm_ch) {
 		err = errno ? -errno : -ENOMEM;
 		goto err_free;
 	}
-	if ((err = evr__set_nonblock(ctx->ch->fd)) ||
-	    (err = evr__set_nonblock(ctx->cm_ch->fd)) ||
-	    (err = evr__set_nonblock(ctx->verbs->async_fd)))
+	err = evr__set_nonblock(ctx->cm_ch->fd);
+	if (err)
 		goto err_free;
-	err = evr__pool_init(&ctx->pool, ctx->pd,
-			     EVR_HDR_SIZE + ctx->max_eager, 0);
+	/* Bind to a device now if told which; otherwise the first address
+	 * rdma_cm resolves (listen, connect, incoming request) decides. */
+	dev = opts->device;
+	if (!dev && !opts->local_addr)
+		dev = getenv("EVR_DEVICE");
+	if (dev)
+		err = open_by_name(ctx, dev);
+	else if (opts->local_addr)
+		err = open_by_addr(ctx, opts->local_addr);
 	if (err)
 		goto err_free;
 
@@ -473,21 +518,20 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	acfg.window_us = 10000;
 	evr__adapt_init(&ctx->adapt, &acfg, evr__now_ns());
 
-	ev_io_init(&ctx->cq_w, evr__cq_on_channel, ctx->ch->fd, EV_READ);
 	ev_io_init(&ctx->cm_w, evr__cm_on_channel, ctx->cm_ch->fd, EV_READ);
-	ev_io_init(&ctx->async_w, on_async, ctx->verbs->async_fd, EV_READ);
 	ev_prepare_init(&ctx->prep_w, on_prepare);
 	ev_check_init(&ctx->check_w, on_check);
 	ev_idle_init(&ctx->idle_w, on_idle);
-	ev_io_start(ctx->loop, &ctx->cq_w);
 	ev_io_start(ctx->loop, &ctx->cm_w);
-	ev_io_start(ctx->loop, &ctx->async_w);
 	ev_prepare_start(ctx->loop, &ctx->prep_w);
 	ev_check_start(ctx->loop, &ctx->check_w);
 	if (ctx->polling)
 		ev_idle_start(ctx->loop, &ctx->idle_w);
-	EVR_INFO(ctx, "ctx on %s, mode %s", ctx->devname,
-		 evr_mode_str(ctx->mode));
+	if (ctx->verbs) {
+		err = evr__ctx_bind(ctx, NULL);
+		if (err)
+			goto err_free;
+	}
 	*out = ctx;
 	return 0;
 

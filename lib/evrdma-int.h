@@ -384,6 +384,7 @@ struct evr_ctx {
 	ev_prepare prep_w;
 	ev_check check_w;
 	ev_idle idle_w;
+	int efd; /* evr_ctx_fd(): epoll fd for foreign loops, or -1 */
 	enum evr_mode mode; /* requested */
 	bool polling;	    /* in effect: CQs not armed, loop spinning */
 	struct evr__adapt adapt;
@@ -420,6 +421,10 @@ void evr__conn_kick(evr_conn *c);  /* needs a state step */
 void evr__conn_dirty(evr_conn *c); /* has something to post */
 void evr__ctx_progress(evr_ctx *ctx);
 void evr__ctx_fail_all(evr_ctx *ctx, int err);
+int evr__ctx_bind(evr_ctx *ctx, struct ibv_context *verbs);
+
+/* embed.c */
+int evr__embed_add_device(evr_ctx *ctx);
 
 /* cm.c */
 void evr__cm_on_channel(struct ev_loop *loop, ev_io *w, int revents);

@@ -45,6 +45,14 @@ int evr_mr_reg(evr_ctx *ctx, void *addr, size_t len, unsigned access,
 	    (access & ~(EVR_ACCESS_REMOTE_READ | EVR_ACCESS_REMOTE_WRITE |
 			EVR_ACCESS_REMOTE_ATOMIC)))
 		return -EINVAL;
+	if (!ctx->pd) {
+		/* not bound yet: registration needs a device, take the
+		 * default one (EVR_DEVICE or the first) */
+		int err = evr__ctx_bind(ctx, NULL);
+
+		if (err)
+			return err;
+	}
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;

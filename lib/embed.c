@@ -1,0 +1,107 @@
+/*
+ * Embedding a ctx in a foreign event loop through one fd.
+ *
+ * The ctx runs on its private libev loop; evr_ctx_fd() is an epoll fd of
+ * our own that watches the same three fds as that loop's watchers (the
+ * completion channel, the rdma_cm channel and the device's async fd), so
+ * it is readable exactly when one of them is.  evr_ctx_process() runs one
+ * non-blocking iteration of the private loop (prepare: deferred work and
+ * flushes; poll with timeout 0; check: POLL-mode polling; then the ready
+ * watchers, each of which drains its fd to EAGAIN).  An epoll fd inside
+ * another epoll reports a new event whenever one of its fds gets one, so
+ * edge-triggered host loops are woken for every new arrival; and because
+ * every handler drains to EAGAIN and re-arms with arm-then-poll, nothing
+ * that arrived before evr_ctx_process() returned is left without a wakeup.
+ *
+ * What no fd can signal -- deferred work queued by calls the host made
+ * outside our callbacks, conn timers, POLL mode -- is reported through
+ * evr_ctx_timeout_ms().
+ */
+#include "evrdma-int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+static int add_fd(int ep, int fd)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+
+	return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) ? -errno : 0;
+}
+
+/* The device's fds join the epoll set when the ctx binds to a device. */
+int evr__embed_add_device(evr_ctx *ctx)
+{
+	int err;
+
+	if ((err = add_fd(ctx->efd, ctx->ch->fd)) ||
+	    (err = add_fd(ctx->efd, ctx->verbs->async_fd)))
+		return err;
+	return 0;
+}
+
+int evr_ctx_fd(evr_ctx *ctx)
+{
+	int err;
+
+	if (!ctx || !ctx->own_loop)
+		return -EINVAL;
+	if (ctx->efd >= 0)
+		return ctx->efd;
+	ctx->efd = epoll_create1(EPOLL_CLOEXEC);
+	if (ctx->efd < 0)
+		return -errno;
+	err = add_fd(ctx->efd, ctx->cm_ch->fd);
+	if (!err && ctx->pd)
+		err = evr__embed_add_device(ctx);
+	if (err) {
+		close(ctx->efd);
+		ctx->efd = -1;
+		return err;
+	}
+	return ctx->efd;
+}
+
+int evr_ctx_process(evr_ctx *ctx)
+{
+	if (!ctx || !ctx->own_loop)
+		return -EINVAL;
+	ev_run(ctx->loop, EVRUN_NOWAIT);
+	/* sends submitted by callbacks of this iteration: post them now */
+	evr__ctx_progress(ctx);
+	return 0;
+}
+
+int evr_ctx_timeout_ms(evr_ctx *ctx)
+{
+	struct evr__list *pos, *tmp;
+	double next = -1.;
+	int pass;
+
+	if (!ctx || !ctx->own_loop)
+		return -1;
+	if (ctx->polling || ctx->work || ctx->flush || ctx->done.head)
+		return 0;
+	for (pass = 0; pass < 2; pass++) {
+		struct evr__list *head = pass ? &ctx->zombies : &ctx->conns;
+
+		evr__list_for_each_safe(pos, tmp, head)
+		{
+			evr_conn *c = evr__container_of(pos, evr_conn, link);
+			double r;
+
+			if (!ev_is_active(&c->timer))
+				continue;
+			r = ev_timer_remaining(ctx->loop, &c->timer);
+			if (next < 0 || r < next)
+				next = r;
+		}
+	}
+	if (next < 0)
+		return -1;
+	if (next <= 0)
+		return 0;
+	return (int)ceil(next * 1000.);
+}

@@ -1,0 +1,123 @@
+/*
+ * echo_server: an evrdma echo server on a libev loop.
+ *
+ *   echo_server [-a ADDR] [-p PORT] [-m event|poll|adaptive] [-n CONNS] [-v]
+ *
+ * Echoes every message on every connection until SIGINT/SIGTERM, or until
+ * CONNS connections have closed (-n).  The RDMA device is the one that has
+ * ADDR (default: the first device; set EVR_DEVICE to choose).
+ */
+#include <ev.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "echo_common.h"
+
+struct app {
+	struct ev_loop *loop;
+	struct echo_server srv;
+	ev_signal sigint, sigterm;
+};
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: echo_server [-a ADDR] [-p PORT] [-m MODE] [-n CONNS] "
+		"[-v]\n"
+		"  -a ADDR   local address to listen on (default: any)\n"
+		"  -p PORT   port (default 7471)\n"
+		"  -m MODE   event | poll | adaptive (default adaptive)\n"
+		"  -n CONNS  exit after CONNS connections have closed\n"
+		"  -v        log each connection\n");
+	exit(2);
+}
+
+static void on_signal(struct ev_loop *loop, ev_signal *w, int revents)
+{
+	(void)w;
+	(void)revents;
+	ev_break(loop, EVBREAK_ALL);
+}
+
+static void on_done(struct echo_server *srv)
+{
+	struct app *app = (struct app *)((char *)srv - offsetof(struct app, srv));
+
+	ev_break(app->loop, EVBREAK_ALL);
+}
+
+int main(int argc, char **argv)
+{
+	struct app app = {0};
+	struct evr_ctx_opts o;
+	const char *addr = NULL;
+	int port = 7471, mode = EVR_MODE_ADAPTIVE, opt, rc;
+	evr_ctx *ctx;
+
+	while ((opt = getopt(argc, argv, "a:p:m:n:vh")) != -1) {
+		switch (opt) {
+		case 'a':
+			addr = optarg;
+			break;
+		case 'p':
+			port = atoi(optarg);
+			if (port <= 0 || port > 65535)
+				usage();
+			break;
+		case 'm':
+			mode = echo_parse_mode(optarg);
+			if (mode < 0)
+				usage();
+			break;
+		case 'n':
+			app.srv.max_conns = atoi(optarg);
+			break;
+		case 'v':
+			app.srv.verbose = 1;
+			break;
+		default:
+			usage();
+		}
+	}
+	if (optind != argc)
+		usage();
+	signal(SIGPIPE, SIG_IGN);
+	app.loop = EV_DEFAULT;
+	evr_ctx_opts_init(&o);
+	o.local_addr = addr;
+	o.mode = (enum evr_mode)mode;
+	rc = evr_ctx_create(&ctx, app.loop, &o);
+	if (rc < 0) {
+		fprintf(stderr, "echo_server: evr_ctx_create: %s\n",
+			evr_strerror(rc));
+		return 1;
+	}
+	app.srv.on_done = on_done;
+	rc = echo_server_start(&app.srv, ctx, addr, (uint16_t)port);
+	if (rc < 0) {
+		fprintf(stderr, "echo_server: listen on %s:%d: %s\n",
+			addr ? addr : "*", port, evr_strerror(rc));
+		evr_ctx_destroy(ctx);
+		return 1;
+	}
+	printf("echo_server: listening on %s:%d (device %s, mode %s)\n",
+	       addr ? addr : "*", port, evr_ctx_device(ctx),
+	       evr_mode_str((enum evr_mode)mode));
+	ev_signal_init(&app.sigint, on_signal, SIGINT);
+	ev_signal_init(&app.sigterm, on_signal, SIGTERM);
+	ev_signal_start(app.loop, &app.sigint);
+	ev_signal_start(app.loop, &app.sigterm);
+	ev_run(app.loop, 0);
+
+	printf("echo_server: %llu connections, %llu messages, %llu bytes, "
+	       "%llu errors\n",
+	       (unsigned long long)app.srv.conns_closed,
+	       (unsigned long long)app.srv.msgs,
+	       (unsigned long long)app.srv.bytes,
+	       (unsigned long long)app.srv.errors);
+	echo_server_stop(&app.srv);
+	evr_ctx_destroy(ctx);
+	return app.srv.errors ? 1 : 0;
+}
