@@ -137,10 +137,13 @@ static void set_polling(evr_ctx *ctx, bool poll)
 		return;
 	ctx->polling = poll;
 	if (poll) {
+		ctx->need_arm = false;
 		ev_idle_start(ctx->loop, &ctx->idle_w);
 	} else {
 		ev_idle_stop(ctx->loop, &ctx->idle_w);
-		evr__cq_arm_all(ctx); /* arm, then poll once more */
+		/* arm, then poll once more: from the loop (on_prepare), since
+		 * the poll dispatches callbacks and this may be a user call */
+		ctx->need_arm = true;
 	}
 }
 
@@ -150,6 +153,10 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 
 	(void)loop;
 	(void)revents;
+	if (ctx->need_arm && !ctx->polling) {
+		ctx->need_arm = false;
+		evr__cq_arm_all(ctx);
+	}
 	evr__ctx_progress(ctx);
 }
 
@@ -167,6 +174,8 @@ static void on_check(struct ev_loop *loop, ev_check *w, int revents)
 	    evr__adapt_poll(&ctx->adapt, evr__now_ns(), n)) {
 		ctx->st.mode_switches++;
 		set_polling(ctx, false);
+		ctx->need_arm = false;
+		evr__cq_arm_all(ctx); /* we are in the loop: arm and re-poll now */
 		if (ctx->mode_cb)
 			ctx->mode_cb(ctx, EVR_MODE_EVENT, ctx->mode_arg);
 	}

@@ -82,7 +82,8 @@ int evr_ctx_timeout_ms(evr_ctx *ctx)
 
 	if (!ctx || !ctx->own_loop)
 		return -1;
-	if (ctx->polling || ctx->work || ctx->flush || ctx->done.head)
+	if (ctx->polling || ctx->need_arm || ctx->work || ctx->flush ||
+	    ctx->done.head)
 		return 0;
 	for (pass = 0; pass < 2; pass++) {
 		struct evr__list *head = pass ? &ctx->zombies : &ctx->conns;

@@ -387,6 +387,7 @@ struct evr_ctx {
 	int efd; /* evr_ctx_fd(): epoll fd for foreign loops, or -1 */
 	enum evr_mode mode; /* requested */
 	bool polling;	    /* in effect: CQs not armed, loop spinning */
+	bool need_arm;	    /* back to EVENT: arm + re-poll in on_prepare */
 	struct evr__adapt adapt;
 	evr_mode_cb mode_cb;
 	void *mode_arg;
