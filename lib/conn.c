@@ -245,6 +245,8 @@ void evr__conn_fail(evr_conn *c, int err)
 	}
 	if (!c->error)
 		c->error = err;
+	if (c->state == EVR_CS_ACCEPTING)
+		c->state_was_accepting = true;
 	EVR_DBG(c->ctx, "conn %p fails in state %s: %s", (void *)c,
 		evr__conn_state_str(c->state), evr_err_name(err));
 	c->state = EVR_CS_DEAD;
@@ -417,7 +419,10 @@ void evr__conn_step(evr_conn *c)
 	}
 
 	if (c->state == EVR_CS_DEAD && !c->qp_err) {
-		if (c->established && !c->disconnected && c->id) {
+		/* tell the peer now -- also when it failed while accepting:
+		 * the peer may already consider itself connected */
+		if ((c->established || c->state_was_accepting) &&
+		    !c->disconnected && c->id) {
 			c->disconnected = true;
 			rdma_disconnect(c->id); /* tell the peer now */
 		}
@@ -532,8 +537,9 @@ void evr__conn_flush(evr_conn *c)
 			evr__credit_take(&c->cr, false);
 		evr__sq_add(&c->sq, op);
 	}
-	if (evr__credit_need_update(&c->cr) && evr__credit_can(&c->cr, true) &&
-	    evr__sq_room(&c->sq) > 0) {
+	if ((evr__credit_need_update(&c->cr) ||
+	     evr__credit_peer_starved(&c->cr, c->recv_posted)) &&
+	    evr__credit_can(&c->cr, true) && evr__sq_room(&c->sq) > 0) {
 		op = evr__op_alloc(ctx);
 		if (op) {
 			op->conn = c;

@@ -337,6 +337,7 @@ struct evr_conn {
 	unsigned rndv_active;		   /* rendezvous reads running */
 	bool zombie;	     /* user told; QP kept until its WRs flush */
 	bool disconnected;   /* rdma_disconnect issued */
+	bool state_was_accepting; /* failed after rdma_accept() */
 	uint8_t udata[EVR_MAX_USER_DATA]; /* connect request user bytes */
 	size_t ulen;
 	/* reject reason */

@@ -392,6 +392,9 @@ static void deliver(evr_conn *c, struct evr__buf *b, uint8_t *mem,
 	c->cur_msg = NULL;
 	if (c->cur_held) {
 		c->cur_held = NULL; /* ownership moved to the evr_msg */
+		/* one receive fewer posted: credits we owe may now be all the
+		 * peer can wait for (evr__credit_peer_starved) */
+		evr__conn_dirty(c);
 		return;
 	}
 	if (b)
@@ -535,6 +538,7 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 
 	switch (p.hdr.type) {
 	case EVR_T_CREDIT:
+		evr__credit_got_update(&c->cr);
 		repost(c, b);
 		return;
 	case EVR_T_EAGER:
@@ -602,11 +606,14 @@ void evr__recv_done(evr_conn *c, struct evr__buf *b, const struct ibv_wc *wc)
 		int err = evr__wc_errno(wc->status);
 
 		evr__pool_put(&ctx->pool, b);
-		if (err == -EMSGSIZE) {
-			proto_error(c, "message larger than the receive buffer");
-		} else {
+		/* A receive fails (other than by a flush) only because of what
+		 * arrived: typically a message larger than the buffer, which
+		 * providers report as a length or a QP operation error. */
+		if (err == -ECANCELED)
 			evr__conn_fail(c, err);
-		}
+		else
+			proto_error(c, "receive failed: the message does not "
+				       "fit the receive buffer, or is invalid");
 		return;
 	}
 	if (c->state >= EVR_CS_DISCONNECTING || c->qp_err) {
