@@ -1,40 +1,117 @@
-/* Mock of the thin verbs layer (lib/verbs.h) for unit tests. */
+/*
+ * Mock of the thin verbs layer (lib/verbs.h) for the unit tests: counters
+ * and scripted results in the global `mock`, see mock_verbs.h.  Each mock
+ * follows the contract of the real one in lib/verbs.c: 0 or a negative
+ * errno, poll_cq returns the number of WCs, get_cq_event -EAGAIN when the
+ * channel is empty.
+ */
 #include "config.h"
 
+#include <assert.h>
 #include <errno.h>
+#include <string.h>
 
 #include "mock_verbs.h"
+
+struct mock_verbs mock;
+
+void mock_reset(void)
+{
+	memset(&mock, 0, sizeof(mock));
+}
+
+void mock_wc_push(const struct ibv_wc *wc)
+{
+	assert(mock.wc_tail < MOCK_MAX_WC);
+	mock.wc[mock.wc_tail++] = *wc;
+}
+
+void mock_wc_after_arm(const struct ibv_wc *wc)
+{
+	assert(mock.wc_arm_n < MOCK_MAX_WC);
+	mock.wc_arm[mock.wc_arm_n++] = *wc;
+}
+
+unsigned mock_wc_left(void)
+{
+	return mock.wc_tail - mock.wc_head;
+}
+
+void mock_cq_events(struct ibv_cq *cq, void *cq_ctx, unsigned n)
+{
+	mock.event_cq = cq;
+	mock.event_cq_ctx = cq_ctx;
+	mock.events_pending += n;
+}
 
 int evr__post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		   struct ibv_send_wr **bad)
 {
-	(void)qp;
-	(void)wr;
-	(void)bad;
-	return -ENOSYS;
+	struct mock_post rec = {qp, wr, 0, 0};
+	struct ibv_send_wr *w, *fail = NULL;
+
+	for (w = wr; w; w = w->next) {
+		if (rec.nwr == mock.post_send_bad_idx)
+			fail = w;
+		rec.nwr++;
+		rec.nsig += !!(w->send_flags & IBV_SEND_SIGNALED);
+	}
+	if (mock.post_send_calls < MOCK_MAX_CALLS)
+		mock.posts[mock.post_send_calls] = rec;
+	mock.post_send_calls++;
+	mock.post_send_wrs += rec.nwr;
+	if (mock.post_send_rc) {
+		*bad = fail;
+		return mock.post_send_rc;
+	}
+	return 0;
 }
 
 int evr__post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 		   struct ibv_recv_wr **bad)
 {
+	struct ibv_recv_wr *w;
+
 	(void)qp;
-	(void)wr;
-	(void)bad;
-	return -ENOSYS;
+	mock.post_recv_calls++;
+	for (w = wr; w; w = w->next)
+		mock.post_recv_wrs++;
+	if (mock.post_recv_rc) {
+		*bad = wr;
+		return mock.post_recv_rc;
+	}
+	return 0;
 }
 
 int evr__poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
+	int i;
+
 	(void)cq;
-	(void)n;
-	(void)wc;
-	return 0;
+	if (mock.poll_calls < MOCK_MAX_CALLS)
+		mock.poll_n[mock.poll_calls] = n;
+	mock.poll_calls++;
+	if (mock.poll_rc < 0)
+		return mock.poll_rc;
+	for (i = 0; i < n && mock.wc_head < mock.wc_tail; i++)
+		wc[i] = mock.wc[mock.wc_head++];
+	mock.wc_dispensed += (unsigned)i;
+	return i;
 }
 
 int evr__req_notify_cq(struct ibv_cq *cq, int solicited_only)
 {
+	unsigned i;
+
 	(void)cq;
 	(void)solicited_only;
+	mock.notify_calls++;
+	mock.notify_poll_seq = mock.poll_calls;
+	if (mock.notify_rc)
+		return mock.notify_rc;
+	for (i = 0; i < mock.wc_arm_n; i++)
+		mock_wc_push(&mock.wc_arm[i]);
+	mock.wc_arm_n = 0;
 	return 0;
 }
 
@@ -42,13 +119,21 @@ int evr__get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq,
 		      void **cq_ctx)
 {
 	(void)ch;
-	(void)cq;
-	(void)cq_ctx;
-	return -EAGAIN;
+	mock.event_calls++;
+	if (!mock.events_pending)
+		return -EAGAIN;
+	mock.events_pending--;
+	mock.events_given++;
+	*cq = mock.event_cq;
+	*cq_ctx = mock.event_cq_ctx;
+	return 0;
 }
 
 void evr__ack_cq_events(struct ibv_cq *cq, unsigned int n)
 {
 	(void)cq;
-	(void)n;
+	mock.ack_calls++;
+	mock.acked += n;
+	if (n > mock.ack_max)
+		mock.ack_max = n;
 }

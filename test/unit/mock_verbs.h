@@ -1,5 +1,94 @@
-/* Mock of the thin verbs layer (lib/verbs.h) for unit tests. */
+/*
+ * Mock of the thin verbs layer (lib/verbs.h) for the unit tests.
+ *
+ * The library's data path calls only the six functions of verbs.h; this
+ * module implements them with counters and scripted results, all in one
+ * global struct `mock` that a test resets with mock_reset() and then
+ * inspects.  Nothing here touches a device.
+ *
+ *   post_send    records every call: the WR chain's length, how many WRs
+ *                are signaled and the chain head; fails on demand with
+ *                *bad pointing at a chosen WR.
+ *   post_recv    counts calls and WRs; fails on demand.
+ *   poll_cq      hands out scripted work completions from a FIFO, at most
+ *                n per call, and records every n it was asked for.  WCs
+ *                queued with mock_wc_after_arm() become visible only when
+ *                req_notify_cq is next called: the completion that lands
+ *                between the last empty poll and the arm.
+ *   req_notify_cq  counts calls; fails on demand.
+ *   get_cq_event   returns the scripted events, then -EAGAIN.
+ *   ack_cq_events  counts calls and the events acknowledged.
+ */
 #ifndef EVR_MOCK_VERBS_H
 #define EVR_MOCK_VERBS_H
+
+#include <stdbool.h>
+
 #include "verbs.h"
+
+#define MOCK_MAX_CALLS 1024 /* calls recorded (counters go on past it) */
+#define MOCK_MAX_WC    4096 /* scripted work completions queued at once */
+
+struct mock_post {
+	struct ibv_qp *qp;
+	struct ibv_send_wr *head; /* first WR of the chain */
+	unsigned nwr;		  /* WRs in the chain */
+	unsigned nsig;		  /* of which IBV_SEND_SIGNALED */
+};
+
+struct mock_verbs {
+	/* evr__post_send */
+	unsigned post_send_calls;
+	unsigned post_send_wrs; /* WRs in all chains, accepted or not */
+	struct mock_post posts[MOCK_MAX_CALLS];
+	int post_send_rc;	    /* scripted: nonzero fails every call */
+	unsigned post_send_bad_idx; /* ... with *bad at this WR of the chain
+				       (past the end: *bad = NULL) */
+
+	/* evr__post_recv */
+	unsigned post_recv_calls;
+	unsigned post_recv_wrs;
+	int post_recv_rc;
+
+	/* evr__poll_cq */
+	unsigned poll_calls;
+	int poll_n[MOCK_MAX_CALLS]; /* the n of each call */
+	unsigned wc_dispensed;
+	struct ibv_wc wc[MOCK_MAX_WC]; /* visible FIFO */
+	unsigned wc_head, wc_tail;
+	struct ibv_wc wc_arm[MOCK_MAX_WC]; /* visible after the next arm */
+	unsigned wc_arm_n;
+	int poll_rc; /* scripted: negative fails every call */
+
+	/* evr__req_notify_cq */
+	unsigned notify_calls;
+	unsigned notify_poll_seq; /* poll_calls when last armed */
+	int notify_rc;
+
+	/* evr__get_cq_event */
+	unsigned event_calls;
+	unsigned events_pending;
+	unsigned events_given;
+	struct ibv_cq *event_cq;
+	void *event_cq_ctx;
+
+	/* evr__ack_cq_events */
+	unsigned ack_calls;
+	unsigned long acked; /* sum of all n */
+	unsigned ack_max;    /* largest n in one call */
+};
+
+extern struct mock_verbs mock;
+
+/* Forget every counter and script. */
+void mock_reset(void);
+/* Queue a WC that poll_cq will return (visible now). */
+void mock_wc_push(const struct ibv_wc *wc);
+/* Queue a WC that becomes visible when req_notify_cq is next called. */
+void mock_wc_after_arm(const struct ibv_wc *wc);
+/* WCs visible and not yet polled. */
+unsigned mock_wc_left(void);
+/* Queue n completion-channel events for cq, with cq_ctx as its context. */
+void mock_cq_events(struct ibv_cq *cq, void *cq_ctx, unsigned n);
+
 #endif

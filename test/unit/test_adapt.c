@@ -1,0 +1,440 @@
+/*
+ * The adaptive completion-mode machine (lib/adapt.c), driven by a fake
+ * clock and scripted completion counts.
+ *
+ * A small simulator plays the caller's part: in EVENT mode every
+ * completion arrival is one channel wakeup finding it; in POLL mode the
+ * loop polls every POLL_STEP_NS and finds the arrivals since the last
+ * pass.  Loads are given as arrival times.  The cases: light load stays in
+ * EVENT; a burst or a sustained rate switches up; POLL holds while gaps
+ * stay under quiet_us and drops exactly at quiet_us; a load inside the
+ * hysteresis band never flaps; the switch counter and evr__adapt_force.
+ */
+#include "config.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "adapt.h"
+
+#define US	     1000ull
+#define MS	     1000000ull
+#define SEC	     1000000000ull
+#define T0	     (5 * SEC) /* the clock does not start at 0 */
+#define POLL_STEP_NS (5 * US)
+
+/* The library's defaults (evr_ctx_opts_init, ctx.c). */
+static const struct evr__adapt_cfg dflt = {
+    .up_rate = 2000,
+    .up_batch = 16,
+    .quiet_us = 1000,
+    .window_us = 10000,
+};
+
+struct sim {
+	struct evr__adapt a;
+	uint64_t switches; /* counted from the return values */
+	uint64_t ups, downs;
+	uint64_t first_up_ns, first_down_ns;
+	uint64_t wakeups, polls;
+};
+
+static void sim_init(struct sim *s, const struct evr__adapt_cfg *cfg)
+{
+	memset(s, 0, sizeof(*s));
+	evr__adapt_init(&s->a, cfg, T0);
+}
+
+static void note_switch(struct sim *s, uint64_t now, bool up)
+{
+	s->switches++;
+	if (up) {
+		if (!s->ups++)
+			s->first_up_ns = now;
+	} else {
+		if (!s->downs++)
+			s->first_down_ns = now;
+	}
+}
+
+/*
+ * Feed arrivals at[0..n) (sorted, absolute ns) and run until `end`.  In
+ * EVENT mode each arrival is one wakeup finding `per` completions; in POLL
+ * mode a pass every POLL_STEP_NS finds what arrived since the last one.
+ */
+static void sim_run(struct sim *s, const uint64_t *at, size_t n, unsigned per,
+		    uint64_t end)
+{
+	uint64_t now = T0;
+	size_t i = 0;
+
+	while (now <= end) {
+		if (!s->a.polling) {
+			if (i >= n)
+				break;
+			now = at[i++];
+			s->wakeups++;
+			if (evr__adapt_wakeup(&s->a, now, per))
+				note_switch(s, now, true);
+		} else {
+			unsigned found = 0;
+
+			now += POLL_STEP_NS;
+			while (i < n && at[i] <= now) {
+				found += per;
+				i++;
+			}
+			s->polls++;
+			if (evr__adapt_poll(&s->a, now, found))
+				note_switch(s, now, false);
+		}
+	}
+}
+
+/* Arrivals at a steady rate (per second) from T0 for dur, with +-jit_pct
+ * % of deterministic jitter on each gap. */
+static uint64_t *steady(double rate, uint64_t dur, unsigned jit_pct, size_t *n)
+{
+	double gap = 1e9 / rate;
+	size_t cap = (size_t)(rate * (double)dur / 1e9) + 2, k = 0;
+	uint64_t *at = malloc(cap * sizeof(*at));
+	uint64_t t = T0;
+	unsigned seed = 12345;
+
+	assert_non_null(at);
+	for (;;) {
+		double g = gap;
+
+		if (jit_pct) {
+			int r;
+
+			seed = seed * 1103515245u + 12345u;
+			r = (int)((seed >> 16) % (2 * jit_pct + 1)) -
+			    (int)jit_pct;
+			g = gap * (100.0 + r) / 100.0;
+		}
+		t += (uint64_t)g;
+		if (t > T0 + dur || k == cap)
+			break;
+		at[k++] = t;
+	}
+	*n = k;
+	return at;
+}
+
+static void test_light_load_stays_event(void **state)
+{
+	static const double rates[] = {1, 200, 900, 1500, 1800};
+	size_t i, n;
+
+	(void)state;
+	for (i = 0; i < sizeof(rates) / sizeof(rates[0]); i++) {
+		struct sim s;
+		uint64_t *at = steady(rates[i], 10 * SEC, 0, &n);
+
+		sim_init(&s, &dflt);
+		sim_run(&s, at, n, 1, T0 + 10 * SEC);
+		assert_int_equal(s.switches, 0);
+		assert_false(s.a.polling);
+		assert_int_equal(s.wakeups, n);
+		free(at);
+	}
+}
+
+static void test_burst_switches_up(void **state)
+{
+	struct evr__adapt a;
+
+	(void)state;
+	evr__adapt_init(&a, &dflt, T0);
+	/* a wakeup with up_batch - 1 completions is not a burst */
+	assert_false(evr__adapt_wakeup(&a, T0 + 100 * MS, dflt.up_batch - 1));
+	assert_false(a.polling);
+	/* one with up_batch is, even after a long silence */
+	assert_true(evr__adapt_wakeup(&a, T0 + 200 * MS, dflt.up_batch));
+	assert_true(a.polling);
+	assert_int_equal(a.switches, 1);
+	/* already polling: wakeups are ignored */
+	assert_false(evr__adapt_wakeup(&a, T0 + 201 * MS, 1000));
+	assert_int_equal(a.switches, 1);
+}
+
+static void test_sustained_rate_switches_up(void **state)
+{
+	static const double rates[] = {2000, 2500, 10000, 100000};
+	size_t i, n;
+
+	(void)state;
+	for (i = 0; i < sizeof(rates) / sizeof(rates[0]); i++) {
+		struct sim s;
+		uint64_t *at = steady(rates[i], 1 * SEC, 0, &n);
+
+		sim_init(&s, &dflt);
+		/* stop as soon as it switched */
+		sim_run(&s, at, n, 1, T0 + 1 * SEC);
+		assert_true(s.ups >= 1);
+		/* within two rate windows of the load starting */
+		assert_true(s.first_up_ns <= T0 + 2 * dflt.window_us * US);
+		free(at);
+	}
+}
+
+static void test_poll_holds_while_busy(void **state)
+{
+	static const uint64_t gaps_us[] = {10, 500, 900, 999};
+	size_t i, k;
+
+	(void)state;
+	for (i = 0; i < sizeof(gaps_us) / sizeof(gaps_us[0]); i++) {
+		struct evr__adapt a;
+		uint64_t now = T0, last = T0;
+
+		evr__adapt_init(&a, &dflt, T0);
+		evr__adapt_force(&a, true, T0);
+		/* 2 s of completions every gaps_us, polled every 1 us */
+		for (k = 0; now < T0 + 2 * SEC; k++) {
+			unsigned found = 0;
+
+			now += US;
+			if (now - last >= gaps_us[i] * US) {
+				found = 1;
+				last = now;
+			}
+			assert_false(evr__adapt_poll(&a, now, found));
+		}
+		assert_true(a.polling);
+		assert_int_equal(a.switches, 0);
+	}
+}
+
+static void test_quiet_switches_down_exactly(void **state)
+{
+	static const uint32_t quiet[] = {1, 1000, 50000};
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(quiet) / sizeof(quiet[0]); i++) {
+		struct evr__adapt_cfg cfg = dflt;
+		struct evr__adapt a;
+		uint64_t last = T0 + 3 * MS, q = quiet[i] * US, t;
+
+		cfg.quiet_us = quiet[i];
+		evr__adapt_init(&a, &cfg, T0);
+		assert_true(evr__adapt_wakeup(&a, T0 + 2 * MS, cfg.up_batch));
+		assert_false(evr__adapt_poll(&a, last, 3));
+		/* empty polls: still POLL right up to quiet_us ... */
+		for (t = last + 1; t < last + q; t += q / 7 + 1)
+			assert_false(evr__adapt_poll(&a, t, 0));
+		assert_false(evr__adapt_poll(&a, last + q - 1, 0));
+		assert_true(a.polling);
+		/* ... and EVENT at exactly quiet_us */
+		assert_true(evr__adapt_poll(&a, last + q, 0));
+		assert_false(a.polling);
+		assert_int_equal(a.switches, 2);
+		/* in EVENT mode, polls are ignored */
+		assert_false(evr__adapt_poll(&a, last + 10 * q, 0));
+		assert_int_equal(a.switches, 2);
+	}
+}
+
+/* The quiet time counts from the switch up, not from an earlier
+ * completion: a burst after a long silence must not drop straight back. */
+static void test_quiet_counts_from_switch(void **state)
+{
+	struct evr__adapt a;
+	uint64_t up = T0 + 5 * SEC;
+
+	(void)state;
+	evr__adapt_init(&a, &dflt, T0);
+	assert_true(evr__adapt_wakeup(&a, up, 100));
+	assert_false(evr__adapt_poll(&a, up + dflt.quiet_us * US - 1, 0));
+	assert_true(evr__adapt_poll(&a, up + dflt.quiet_us * US, 0));
+}
+
+/* Same when the rate rule fires on wakeups that found nothing (the
+ * completions were taken by an earlier poll): quiet counts from the
+ * switch. */
+static void test_quiet_counts_from_rate_switch(void **state)
+{
+	struct evr__adapt a;
+	uint64_t t = T0 + 5 * SEC;
+	unsigned k;
+
+	(void)state;
+	evr__adapt_init(&a, &dflt, T0);
+	for (k = 0; k < 19; k++)
+		assert_false(evr__adapt_wakeup(&a, t += 100 * US, 0));
+	assert_true(evr__adapt_wakeup(&a, t += 100 * US, 0));
+	assert_false(evr__adapt_poll(&a, t + dflt.quiet_us * US - 1, 0));
+	assert_true(evr__adapt_poll(&a, t + dflt.quiet_us * US, 0));
+}
+
+/* Back in EVENT mode the rate window starts afresh: the wakeups that
+ * switched up do not count again and a lone wakeup does not flap back. */
+static void test_window_restarts_after_down(void **state)
+{
+	struct evr__adapt a;
+	uint64_t t = T0 + MS;
+	unsigned k;
+
+	(void)state;
+	evr__adapt_init(&a, &dflt, T0);
+	for (k = 0; k < 19; k++)
+		assert_false(evr__adapt_wakeup(&a, t += 50 * US, 1));
+	assert_true(evr__adapt_wakeup(&a, t += 50 * US, 1));
+	t += dflt.quiet_us * US;
+	assert_true(evr__adapt_poll(&a, t, 0));
+	assert_false(evr__adapt_wakeup(&a, t += 100 * US, 1));
+	assert_false(a.polling);
+	assert_int_equal(a.switches, 2);
+}
+
+/* Hysteresis band: with the defaults, 1000/s < r < 2000/s keeps whichever
+ * mode the machine is in. */
+static void test_no_flapping_in_band(void **state)
+{
+	static const struct {
+		double rate;
+		unsigned jit;
+		bool start_polling;
+	} loads[] = {
+	    {1500, 0, false}, {1500, 0, true},	{1500, 10, false},
+	    {1500, 10, true}, {1200, 5, false}, {1200, 5, true},
+	    {1800, 2, false}, {1800, 2, true},
+	};
+	size_t i, n;
+
+	(void)state;
+	for (i = 0; i < sizeof(loads) / sizeof(loads[0]); i++) {
+		struct sim s;
+		uint64_t *at =
+		    steady(loads[i].rate, 10 * SEC, loads[i].jit, &n);
+
+		sim_init(&s, &dflt);
+		if (loads[i].start_polling)
+			evr__adapt_force(&s.a, true, T0);
+		/* up to the last arrival: the load ending is not the test */
+		sim_run(&s, at, n, 1, at[n - 1]);
+		if (s.switches > 1)
+			fail_msg("%.0f/s +-%u%% from %s: %llu switches",
+				 loads[i].rate, loads[i].jit,
+				 loads[i].start_polling ? "POLL" : "EVENT",
+				 (unsigned long long)s.switches);
+		assert_int_equal(s.a.polling, loads[i].start_polling);
+		assert_int_equal(s.a.switches, s.switches);
+		free(at);
+	}
+}
+
+/* Load that rises through the band and falls back: exactly one switch up
+ * and one down, and the counter agrees. */
+static void test_switch_counter(void **state)
+{
+	static uint64_t at[30000];
+	uint64_t t = T0;
+	size_t n = 0, k;
+	struct sim s;
+
+	(void)state;
+	/* 1 s at 200/s, 1 s at 10000/s, 1 s at 200/s */
+	for (k = 0; k < 200; k++)
+		at[n++] = t += 5 * MS;
+	for (k = 0; k < 10000; k++)
+		at[n++] = t += 100 * US;
+	for (k = 0; k < 200; k++)
+		at[n++] = t += 5 * MS;
+	sim_init(&s, &dflt);
+	sim_run(&s, at, n, 1, t);
+	assert_int_equal(s.ups, 1);
+	assert_int_equal(s.downs, 1);
+	assert_int_equal(s.a.switches, 2);
+	assert_false(s.a.polling);
+	assert_true(s.first_up_ns > T0 + 1 * SEC);
+	assert_true(s.first_up_ns < T0 + 1 * SEC + 2 * dflt.window_us * US);
+	assert_true(s.first_down_ns >= T0 + 2 * SEC);
+	assert_true(s.first_down_ns <= T0 + 2 * SEC + 6 * MS);
+}
+
+/* up_batch 0 and up_rate 0 disable their rule. */
+static void test_rules_disabled(void **state)
+{
+	struct evr__adapt_cfg cfg = dflt;
+	struct evr__adapt a;
+	uint64_t t = T0;
+	unsigned k;
+
+	(void)state;
+	cfg.up_batch = 0;
+	evr__adapt_init(&a, &cfg, T0);
+	assert_false(evr__adapt_wakeup(&a, t += MS, 1u << 20));
+	cfg = dflt;
+	cfg.up_rate = 0;
+	evr__adapt_init(&a, &cfg, T0);
+	for (k = 0; k < 10000; k++)
+		assert_false(evr__adapt_wakeup(&a, t += US, 1));
+	assert_true(evr__adapt_wakeup(&a, t += US, cfg.up_batch));
+	/* window_us 0 takes the default, 10 ms */
+	cfg = dflt;
+	cfg.window_us = 0;
+	evr__adapt_init(&a, &cfg, T0);
+	assert_int_equal(a.cfg.window_us, 10000);
+}
+
+static void test_force_resets(void **state)
+{
+	struct evr__adapt a;
+	uint64_t t = T0 + MS;
+	unsigned k;
+
+	(void)state;
+	evr__adapt_init(&a, &dflt, T0);
+	/* 19 wakeups in the window: one more would switch ... */
+	for (k = 0; k < 19; k++)
+		assert_false(evr__adapt_wakeup(&a, t += 10 * US, 1));
+	/* ... but forcing EVENT again empties the window */
+	evr__adapt_force(&a, false, t);
+	assert_int_equal(a.win_wakeups, 0);
+	assert_false(evr__adapt_wakeup(&a, t += 10 * US, 1));
+	assert_int_equal(a.switches, 0);
+
+	/* forced POLL: the quiet time counts from the force */
+	t += 50 * MS;
+	evr__adapt_force(&a, true, t);
+	assert_true(a.polling);
+	assert_false(evr__adapt_poll(&a, t + dflt.quiet_us * US - 1, 0));
+	assert_true(evr__adapt_poll(&a, t + dflt.quiet_us * US, 0));
+	/* a forced mode is not an adaptive switch */
+	assert_int_equal(a.switches, 1);
+
+	/* forced EVENT while polling: wakeups are counted again */
+	evr__adapt_force(&a, true, t);
+	evr__adapt_force(&a, false, t + MS);
+	assert_false(a.polling);
+	assert_true(evr__adapt_wakeup(&a, t + 2 * MS, dflt.up_batch));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_light_load_stays_event),
+	    cmocka_unit_test(test_burst_switches_up),
+	    cmocka_unit_test(test_sustained_rate_switches_up),
+	    cmocka_unit_test(test_poll_holds_while_busy),
+	    cmocka_unit_test(test_quiet_switches_down_exactly),
+	    cmocka_unit_test(test_quiet_counts_from_switch),
+	    cmocka_unit_test(test_quiet_counts_from_rate_switch),
+	    cmocka_unit_test(test_window_restarts_after_down),
+	    cmocka_unit_test(test_no_flapping_in_band),
+	    cmocka_unit_test(test_switch_counter),
+	    cmocka_unit_test(test_rules_disabled),
+	    cmocka_unit_test(test_force_resets),
+	};
+
+	return cmocka_run_group_tests_name("adapt", tests, NULL, NULL);
+}

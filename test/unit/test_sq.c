@@ -1,0 +1,478 @@
+/*
+ * Send queue batching and selective signaling (lib/sq.c), against the
+ * mocked evr__post_send, which records every call and its WR chain.
+ *
+ * Cases: a whole batch goes out in one post; signaled WRs are one in
+ * `interval` plus every batch tail; a signaled completion completes its
+ * predecessors in posting order, each exactly once, with the right status
+ * for success, flush and error; a post failing in the middle of a chain
+ * keeps the prefix posted and fails the rest; abandon completes everything
+ * once; and the room accounting never wraps and returns to zero.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "evrdma-int.h"
+#include "mock_verbs.h"
+
+#define MAX_OPS 4096
+#define FAKE_QP ((struct ibv_qp *)(uintptr_t)0x5150)
+
+/* Every op completion, in the order done() was called. */
+static struct {
+	struct evr__op *op[4 * MAX_OPS];
+	int status[4 * MAX_OPS];
+	unsigned n;
+} done_log;
+
+static struct evr__op ops[MAX_OPS];
+static unsigned times_done[MAX_OPS];
+
+static unsigned op_idx(const struct evr__op *op)
+{
+	assert_true(op >= ops && op < ops + MAX_OPS);
+	return (unsigned)(op - ops);
+}
+
+static void on_done(struct evr__op *op, int status)
+{
+	assert_true(done_log.n < 4 * MAX_OPS);
+	done_log.op[done_log.n] = op;
+	done_log.status[done_log.n] = status;
+	done_log.n++;
+	times_done[op_idx(op)]++;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	mock_reset();
+	memset(&done_log, 0, sizeof(done_log));
+	memset(ops, 0, sizeof(ops));
+	memset(times_done, 0, sizeof(times_done));
+	return 0;
+}
+
+/* Room is unsigned: it must never have wrapped. */
+static void check_room(const struct evr__sq *sq)
+{
+	assert_true(sq->outstanding + sq->batch.n <= sq->depth);
+	assert_int_equal(evr__sq_room(sq),
+			 sq->depth - sq->outstanding - sq->batch.n);
+	assert_int_equal(sq->outstanding, sq->posted.n);
+}
+
+static void add_range(struct evr__sq *sq, unsigned from, unsigned n)
+{
+	unsigned i;
+
+	for (i = from; i < from + n; i++) {
+		assert_true(evr__sq_room(sq) > 0);
+		ops[i].wr.opcode = IBV_WR_SEND;
+		/* stale flags from an earlier use must not leak through */
+		ops[i].wr.send_flags = IBV_SEND_SIGNALED;
+		evr__sq_add(sq, &ops[i]);
+		check_room(sq);
+	}
+}
+
+static bool signaled(const struct evr__op *op)
+{
+	return op->wr.send_flags & IBV_SEND_SIGNALED;
+}
+
+/* The signaled ops among [from, from + n), completed as the HCA would:
+ * a CQE for each signaled WR, in order. */
+static void complete_signaled(struct evr__sq *sq, unsigned from, unsigned n)
+{
+	unsigned i;
+
+	for (i = from; i < from + n; i++)
+		if (signaled(&ops[i])) {
+			evr__sq_complete(sq, &ops[i], 0);
+			check_room(sq);
+		}
+}
+
+static void test_one_post_per_batch(void **state)
+{
+	struct evr_stats st;
+	struct evr__sq sq;
+	struct ibv_send_wr *w;
+	unsigned i;
+
+	(void)state;
+	memset(&st, 0, sizeof(st));
+	evr__sq_init(&sq, FAKE_QP, 1024, 16, on_done, &st);
+	add_range(&sq, 0, 1000);
+	assert_int_equal(mock.post_send_calls, 0); /* nothing until commit */
+	assert_int_equal(evr__sq_room(&sq), 24);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+
+	assert_int_equal(mock.post_send_calls, 1);
+	assert_ptr_equal(mock.posts[0].qp, FAKE_QP);
+	assert_int_equal(mock.posts[0].nwr, 1000);
+	/* the chain is the ops, in order, each wr_id pointing at its op */
+	for (w = mock.posts[0].head, i = 0; w; w = w->next, i++) {
+		assert_ptr_equal(w, &ops[i].wr);
+		assert_true(w->wr_id == (uintptr_t)&ops[i]);
+	}
+	assert_int_equal(i, 1000);
+	assert_int_equal(sq.outstanding, 1000);
+	assert_int_equal(sq.batch.n, 0);
+	assert_int_equal(evr__sq_room(&sq), 24);
+	/* 62 in 16 (the 16th, 32nd, ... 992nd) plus the tail */
+	assert_int_equal(mock.posts[0].nsig, 63);
+	assert_int_equal(st.post_send_calls, 1);
+	assert_int_equal(st.send_wrs, 1000);
+	assert_int_equal(st.signaled_wrs, 63);
+	/* an empty commit posts nothing */
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_int_equal(mock.post_send_calls, 1);
+	assert_int_equal(done_log.n, 0);
+}
+
+/*
+ * Over many batches of random sizes: a signaled WR that is not a batch
+ * tail comes exactly `interval` WRs after the previous signaled one, no
+ * run of unsignaled WRs reaches `interval`, and every batch tail is
+ * signaled.
+ */
+static void test_signal_interval(void **state)
+{
+	static const unsigned intervals[] = {1, 2, 7, 16, 64};
+	size_t t;
+
+	(void)state;
+	for (t = 0; t < sizeof(intervals) / sizeof(intervals[0]); t++) {
+		struct evr__sq sq;
+		unsigned seed = 99, next = 0, since = 0, b, i, call = 0;
+
+		setup(NULL);
+		evr__sq_init(&sq, FAKE_QP, 256, intervals[t], on_done, NULL);
+		assert_int_equal(sq.interval, intervals[t]);
+		while (next < 3000) {
+			unsigned n;
+
+			seed = seed * 1103515245u + 12345u;
+			n = 1 + (seed >> 8) % 40;
+			if (n > evr__sq_room(&sq))
+				n = evr__sq_room(&sq);
+			if (next + n > 3000)
+				n = 3000 - next;
+			add_range(&sq, next, n);
+			assert_int_equal(evr__sq_commit(&sq), 0);
+			assert_int_equal(mock.post_send_calls, call + 1);
+			assert_int_equal(mock.posts[call].nwr, n);
+			call++;
+			for (b = 0; b < n; b++) {
+				i = next + b;
+				since++;
+				if (!signaled(&ops[i])) {
+					assert_true(since < intervals[t]);
+					continue;
+				}
+				if (b != n - 1)
+					assert_int_equal(since, intervals[t]);
+				since = 0;
+			}
+			assert_true(signaled(&ops[next + n - 1]));
+			/* the HCA completes everything posted */
+			complete_signaled(&sq, next, n);
+			assert_int_equal(sq.outstanding, 0);
+			next += n;
+		}
+		assert_int_equal(done_log.n, 3000);
+		for (i = 0; i < 3000; i++) {
+			assert_ptr_equal(done_log.op[i], &ops[i]);
+			assert_int_equal(done_log.status[i], 0);
+		}
+	}
+}
+
+/* interval is clamped to [1, depth / 2]: a full SQ always holds a
+ * signaled WR. */
+static void test_interval_clamped(void **state)
+{
+	static const struct {
+		unsigned depth, interval, want;
+	} cases[] = {
+	    {256, 0, 1}, {256, 16, 16}, {256, 128, 128}, {256, 129, 128},
+	    {8, 16, 4},	 {4, 1000, 2},	{2, 2, 1},
+	};
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct evr__sq sq;
+
+		evr__sq_init(&sq, FAKE_QP, cases[i].depth, cases[i].interval,
+			     on_done, NULL);
+		assert_int_equal(sq.interval, cases[i].want);
+		assert_int_equal(evr__sq_room(&sq), cases[i].depth);
+	}
+}
+
+/* A CQE for a signaled op completes all posted before it, in order,
+ * exactly once; later ops stay posted. */
+static void test_complete_in_order(void **state)
+{
+	struct evr__sq sq;
+	unsigned i;
+
+	(void)state;
+	evr__sq_init(&sq, FAKE_QP, 64, 4, on_done, NULL);
+	add_range(&sq, 0, 10);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	/* signaled: 3 (4th), 7 (8th) and the tail 9 */
+	for (i = 0; i < 10; i++)
+		assert_int_equal(signaled(&ops[i]), i == 3 || i == 7 || i == 9);
+
+	evr__sq_complete(&sq, &ops[3], 0);
+	assert_int_equal(done_log.n, 4);
+	assert_int_equal(sq.outstanding, 6);
+	check_room(&sq);
+	evr__sq_complete(&sq, &ops[7], 0);
+	assert_int_equal(done_log.n, 8);
+	assert_int_equal(sq.outstanding, 2);
+	evr__sq_complete(&sq, &ops[9], 0);
+	assert_int_equal(done_log.n, 10);
+	assert_int_equal(sq.outstanding, 0);
+	assert_int_equal(evr__sq_room(&sq), 64);
+	for (i = 0; i < 10; i++) {
+		assert_ptr_equal(done_log.op[i], &ops[i]);
+		assert_int_equal(done_log.status[i], 0);
+		assert_int_equal(times_done[i], 1);
+	}
+}
+
+/* A flush error: everything before the op was flushed as well. */
+static void test_complete_flush(void **state)
+{
+	struct evr__sq sq;
+	unsigned i;
+
+	(void)state;
+	evr__sq_init(&sq, FAKE_QP, 64, 16, on_done, NULL);
+	add_range(&sq, 0, 12);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	/* the QP went to error: a flushed CQE for op 5 (flushed WRs
+	 * complete whether signaled or not) */
+	evr__sq_complete(&sq, &ops[5], -ECANCELED);
+	assert_int_equal(done_log.n, 6);
+	for (i = 0; i < 6; i++) {
+		assert_ptr_equal(done_log.op[i], &ops[i]);
+		assert_int_equal(done_log.status[i], -ECANCELED);
+	}
+	/* and the rest flush one by one */
+	for (i = 6; i < 12; i++)
+		evr__sq_complete(&sq, &ops[i], -ECANCELED);
+	assert_int_equal(done_log.n, 12);
+	for (i = 0; i < 12; i++) {
+		assert_int_equal(times_done[i], 1);
+		assert_int_equal(done_log.status[i], -ECANCELED);
+	}
+	assert_int_equal(sq.outstanding, 0);
+}
+
+/* A real error on one WR: those before it succeeded (RC executes in
+ * order), it gets the error, those after it are untouched. */
+static void test_complete_error(void **state)
+{
+	struct evr__sq sq;
+	unsigned i;
+
+	(void)state;
+	evr__sq_init(&sq, FAKE_QP, 64, 16, on_done, NULL);
+	add_range(&sq, 0, 8);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	evr__sq_complete(&sq, &ops[4], -EREMOTEIO);
+	assert_int_equal(done_log.n, 5);
+	for (i = 0; i < 4; i++)
+		assert_int_equal(done_log.status[i], 0);
+	assert_ptr_equal(done_log.op[4], &ops[4]);
+	assert_int_equal(done_log.status[4], -EREMOTEIO);
+	assert_int_equal(sq.outstanding, 3);
+	check_room(&sq);
+	evr__sq_abandon(&sq, -ECANCELED);
+	assert_int_equal(done_log.n, 8);
+	for (i = 5; i < 8; i++) {
+		assert_ptr_equal(done_log.op[i], &ops[i]);
+		assert_int_equal(done_log.status[i], -ECANCELED);
+	}
+	for (i = 0; i < 8; i++)
+		assert_int_equal(times_done[i], 1);
+	assert_int_equal(sq.outstanding, 0);
+}
+
+/* ibv_post_send fails with *bad in the middle of the chain: the WRs
+ * before it were posted and stay outstanding (they will flush), the rest
+ * fail at once through done() with the error. */
+static void test_post_failure_mid_chain(void **state)
+{
+	static const unsigned bads[] = {0, 1, 4, 9};
+	size_t t;
+
+	(void)state;
+	for (t = 0; t < sizeof(bads) / sizeof(bads[0]); t++) {
+		struct evr_stats st;
+		struct evr__sq sq;
+		unsigned i, bad = bads[t];
+
+		setup(NULL);
+		memset(&st, 0, sizeof(st));
+		evr__sq_init(&sq, FAKE_QP, 32, 4, on_done, &st);
+		/* something already posted before */
+		add_range(&sq, 0, 3);
+		assert_int_equal(evr__sq_commit(&sq), 0);
+		mock.post_send_rc = -ENOMEM;
+		mock.post_send_bad_idx = bad;
+		add_range(&sq, 3, 10);
+		assert_int_equal(evr__sq_commit(&sq), -ENOMEM);
+		assert_int_equal(mock.post_send_calls, 2);
+		assert_int_equal(mock.posts[1].nwr, 10);
+		/* the prefix stays posted */
+		assert_int_equal(sq.outstanding, 3 + bad);
+		assert_int_equal(sq.batch.n, 0);
+		check_room(&sq);
+		assert_int_equal(st.send_wrs, 3 + bad);
+		/* the rest failed, in order, once */
+		assert_int_equal(done_log.n, 10 - bad);
+		for (i = 0; i < 10 - bad; i++) {
+			assert_ptr_equal(done_log.op[i], &ops[3 + bad + i]);
+			assert_int_equal(done_log.status[i], -ENOMEM);
+		}
+		/* the QP is dead now: the posted prefix flushes */
+		mock.post_send_rc = 0;
+		if (sq.outstanding)
+			evr__sq_complete(&sq, sq.posted.tail, -ECANCELED);
+		assert_int_equal(sq.outstanding, 0);
+		assert_int_equal(evr__sq_room(&sq), 32);
+		for (i = 0; i < 13; i++)
+			assert_int_equal(times_done[i], 1);
+		for (i = 10 - bad; i < done_log.n; i++)
+			assert_int_equal(done_log.status[i], -ECANCELED);
+		/* and the SQ is usable again */
+		add_range(&sq, 13, 2);
+		assert_int_equal(evr__sq_commit(&sq), 0);
+		assert_int_equal(sq.outstanding, 2);
+	}
+}
+
+/* A driver that fails without setting *bad: nothing can be assumed
+ * posted, every op of the batch fails. */
+static void test_post_failure_no_bad(void **state)
+{
+	struct evr__sq sq;
+	unsigned i;
+
+	(void)state;
+	evr__sq_init(&sq, FAKE_QP, 32, 4, on_done, NULL);
+	mock.post_send_rc = -EINVAL;
+	mock.post_send_bad_idx = 1000; /* past the end: *bad = NULL */
+	add_range(&sq, 0, 6);
+	assert_int_equal(evr__sq_commit(&sq), -EINVAL);
+	assert_int_equal(sq.outstanding, 0);
+	assert_int_equal(done_log.n, 6);
+	for (i = 0; i < 6; i++) {
+		assert_ptr_equal(done_log.op[i], &ops[i]);
+		assert_int_equal(done_log.status[i], -EINVAL);
+	}
+	assert_int_equal(evr__sq_room(&sq), 32);
+}
+
+/* Abandon (QP destroyed without flushes): posted ops, then the open
+ * batch, each completed once with the status. */
+static void test_abandon(void **state)
+{
+	struct evr__sq sq;
+	unsigned i;
+
+	(void)state;
+	evr__sq_init(&sq, FAKE_QP, 64, 8, on_done, NULL);
+	add_range(&sq, 0, 20);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	evr__sq_complete(&sq, &ops[7], 0);
+	add_range(&sq, 20, 5); /* not committed */
+	evr__sq_abandon(&sq, -ECONNRESET);
+	assert_int_equal(done_log.n, 25);
+	for (i = 0; i < 25; i++) {
+		assert_ptr_equal(done_log.op[i], &ops[i]);
+		assert_int_equal(done_log.status[i], i < 8 ? 0 : -ECONNRESET);
+		assert_int_equal(times_done[i], 1);
+	}
+	assert_int_equal(sq.outstanding, 0);
+	assert_int_equal(sq.batch.n, 0);
+	assert_int_equal(evr__sq_room(&sq), 64);
+	/* twice is harmless */
+	evr__sq_abandon(&sq, -ECONNRESET);
+	assert_int_equal(done_log.n, 25);
+	assert_int_equal(mock.post_send_calls, 1);
+}
+
+/* Fill to the brim repeatedly, completing at random points: room stays
+ * within [0, depth] and every op completes exactly once, in order. */
+static void test_room_accounting(void **state)
+{
+	struct evr__sq sq;
+	unsigned seed = 7, next = 0, completed = 0, i;
+
+	(void)state;
+	evr__sq_init(&sq, FAKE_QP, 100, 16, on_done, NULL);
+	while (next < MAX_OPS) {
+		unsigned n;
+
+		seed = seed * 1103515245u + 12345u;
+		n = (seed >> 8) % (evr__sq_room(&sq) + 1);
+		if (next + n > MAX_OPS)
+			n = MAX_OPS - next;
+		add_range(&sq, next, n);
+		assert_int_equal(evr__sq_commit(&sq), 0);
+		check_room(&sq);
+		next += n;
+		/* the HCA completes a random prefix of the posted ops */
+		seed = seed * 1103515245u + 12345u;
+		n = (seed >> 8) % (next - completed + 1);
+		for (i = completed; i < completed + n; i++)
+			if (signaled(&ops[i])) {
+				evr__sq_complete(&sq, &ops[i], 0);
+				check_room(&sq);
+			}
+		completed = next - sq.outstanding;
+	}
+	evr__sq_complete(&sq, sq.posted.tail, 0);
+	assert_int_equal(sq.outstanding, 0);
+	assert_int_equal(evr__sq_room(&sq), 100);
+	assert_int_equal(done_log.n, MAX_OPS);
+	for (i = 0; i < MAX_OPS; i++) {
+		assert_ptr_equal(done_log.op[i], &ops[i]);
+		assert_int_equal(times_done[i], 1);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test_setup(test_one_post_per_batch, setup),
+	    cmocka_unit_test_setup(test_signal_interval, setup),
+	    cmocka_unit_test_setup(test_interval_clamped, setup),
+	    cmocka_unit_test_setup(test_complete_in_order, setup),
+	    cmocka_unit_test_setup(test_complete_flush, setup),
+	    cmocka_unit_test_setup(test_complete_error, setup),
+	    cmocka_unit_test_setup(test_post_failure_mid_chain, setup),
+	    cmocka_unit_test_setup(test_post_failure_no_bad, setup),
+	    cmocka_unit_test_setup(test_abandon, setup),
+	    cmocka_unit_test_setup(test_room_accounting, setup),
+	};
+
+	return cmocka_run_group_tests_name("sq", tests, NULL, NULL);
+}
