@@ -10,6 +10,10 @@
  * The last `reserved` credits are kept for control messages (credit
  * updates, rendezvous finish): data cannot exhaust them, so a side that
  * owes credits can always return them and the exchange cannot deadlock.
+ *
+ * Credits owed are announced on the next message, or in an update of their
+ * own once a quarter of the receive queue is owed -- or at once when the
+ * peer may have none left (see evr__credit_peer_starved()).
  */
 #ifndef EVR_CREDIT_H
 #define EVR_CREDIT_H
@@ -24,16 +28,25 @@ struct evr__credit {
 	uint32_t reserved;   /* kept back for control messages */
 	uint32_t owed;	     /* receives we re-posted, not yet announced */
 	uint32_t my_depth;   /* receives we keep posted */
+	uint32_t quiet;	     /* of owed: receives that held a bare update */
 };
+
+/* Credits a side keeps for control messages when its peer posts depth
+ * receives (both sides apply it: each knows the other's reserve). */
+static inline uint32_t evr__credit_reserve(uint32_t depth)
+{
+	return depth >= 8 ? 2 : 1;
+}
 
 static inline void evr__credit_init(struct evr__credit *c, uint32_t peer_depth,
 				    uint32_t my_depth)
 {
 	c->peer_depth = peer_depth;
 	c->avail = peer_depth;
-	c->reserved = peer_depth >= 8 ? 2 : 1;
+	c->reserved = evr__credit_reserve(peer_depth);
 	c->owed = 0;
 	c->my_depth = my_depth;
+	c->quiet = 0;
 }
 
 /* May a message be sent now?  Data must leave the reserve untouched. */
@@ -66,12 +79,22 @@ static inline void evr__credit_reposted(struct evr__credit *c, uint32_t n)
 	c->owed += n;
 }
 
+/* A receive was consumed by a bare credit update.  Its re-post is owed
+ * like any other, but it must not by itself make us announce credits to a
+ * starved peer: two starved sides would bounce updates forever. */
+static inline void evr__credit_got_update(struct evr__credit *c)
+{
+	c->quiet++;
+}
+
 /* Credits to put in an outgoing header (all of them; capped to u16). */
 static inline uint16_t evr__credit_piggyback(struct evr__credit *c)
 {
 	uint32_t n = c->owed > 0xffff ? 0xffff : c->owed;
 
 	c->owed -= n;
+	if (c->quiet > c->owed)
+		c->quiet = c->owed;
 	return (uint16_t)n;
 }
 
@@ -86,6 +109,23 @@ static inline bool evr__credit_need_update(const struct evr__credit *c)
 	if (thr < 2)
 		thr = 2;
 	return c->owed >= thr;
+}
+
+/*
+ * Must the credits owed go out now, however few?  Yes when the peer may
+ * have no data credit left: it holds at most the receives we have posted
+ * and announced (posted - owed), and if that is no more than its reserve it
+ * cannot send data until it hears of these.  Without holds this never
+ * comes before the threshold above; with messages held (evr_conn_hold) it
+ * does, and a release of one message must still let one more through --
+ * the user may be waiting for it before releasing others.  Receives that
+ * held only an update do not count (evr__credit_got_update()).
+ */
+static inline bool evr__credit_peer_starved(const struct evr__credit *c,
+					    uint32_t posted)
+{
+	return c->owed > c->quiet &&
+	       posted <= c->owed + evr__credit_reserve(c->my_depth);
 }
 
 #endif
