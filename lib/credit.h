@@ -49,10 +49,18 @@ static inline void evr__credit_init(struct evr__credit *c, uint32_t peer_depth,
 	c->quiet = 0;
 }
 
-/* May a message be sent now?  Data must leave the reserve untouched. */
+/*
+ * May a message be sent now?  Data must leave the reserve untouched.  A
+ * control message may use the reserve, but the very last credit only if
+ * it brings credits back (the message carries what we owe): a rendezvous
+ * FIN spending it empty-handed could leave both sides with none left,
+ * owing each other credits they can no longer announce.
+ */
 static inline bool evr__credit_can(const struct evr__credit *c, bool ctrl)
 {
-	return ctrl ? c->avail > 0 : c->avail > c->reserved;
+	if (!ctrl)
+		return c->avail > c->reserved;
+	return c->avail > 1 || (c->avail == 1 && c->owed > 0);
 }
 
 static inline bool evr__credit_take(struct evr__credit *c, bool ctrl)
