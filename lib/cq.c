@@ -189,6 +189,10 @@ void evr__dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc)
 		evr__conn_fail(c, status);
 	else if (c->state >= EVR_CS_CLOSING)
 		evr__conn_kick(c);
+	/* The SQ has room again: ops that waited for it (nothing else would
+	 * flush them, e.g. one-sided writes beyond the SQ depth) go now. */
+	if (c->sendq.head || c->ctrlq.head)
+		evr__conn_dirty(c);
 }
 
 static unsigned cq_drain(evr_ctx *ctx, struct evr__cq *c, unsigned budget)
