@@ -390,6 +390,18 @@ static void orphan_posted(evr_conn *c)
 	}
 }
 
+/* Posted WRs a graceful close waits for: all but credit updates, which a
+ * peer that keeps sending keeps calling for. */
+static bool sq_busy(const evr_conn *c)
+{
+	const struct evr__op *op;
+
+	for (op = c->sq.posted.head; op; op = op->next)
+		if (op->kind != EVR_OP_CTRL || op->ctrl_type != EVR_T_CREDIT)
+			return true;
+	return c->sq.batch.n > 0;
+}
+
 /* One step of a conn's state machine, run from evr__ctx_progress(). */
 void evr__conn_step(evr_conn *c)
 {
@@ -398,8 +410,11 @@ void evr__conn_step(evr_conn *c)
 
 	switch (c->state) {
 	case EVR_CS_CLOSING:
-		if (c->sendq.n || c->ctrlq.n || c->sq.outstanding ||
-		    c->wait_head || c->rx_head)
+		/* Our sends, and the reads and FINs already under way, drain;
+		 * messages the peer keeps sending do not hold the close open
+		 * (no new reads start, see rx_start_reads, and what waits
+		 * behind them is dropped at teardown). */
+		if (c->sendq.n || c->ctrlq.n || sq_busy(c) || c->wait_head)
 			return; /* still draining; the flush kicks us again */
 		if (!c->disconnected) {
 			c->disconnected = true;

@@ -435,6 +435,10 @@ static void rx_start_reads(evr_conn *c)
 	struct evr__rx *rx;
 	size_t chunk = EVR__MIN((size_t)ctx->max_msg_sz, (size_t)EVR_RNDV_CHUNK);
 
+	/* A closing conn finishes the reads it started, no more: a peer that
+	 * keeps sending must not hold a graceful close open. */
+	if (c->state >= EVR_CS_CLOSING)
+		return;
 	for (rx = c->rx_head; rx && c->rndv_active < EVR_RNDV_ACTIVE;
 	     rx = rx->next) {
 		size_t off;
