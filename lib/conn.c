@@ -604,6 +604,9 @@ void evr__conn_free_all(evr_ctx *ctx)
 			qp_to_error(c);
 			fail_queued(c, -ECANCELED);
 			evr__sq_abandon(&c->sq, -ECANCELED);
+			/* rendezvous reads still posted kept their messages
+			 * queued; the abandon just ended them */
+			evr__rx_free_all(c, -ECANCELED);
 			c->recv_posted = 0;
 			if (!c->zombie)
 				notify_user(c);
