@@ -257,12 +257,18 @@ static void rread_done(evr_conn *c, struct evr__op *op, int status)
 		rx->mr = NULL;
 	}
 	if (rx->status) {
-		if (rx->status != -ECANCELED) {
+		/* The responder refusing the read is the peer's doing (a bad
+		 * address, length or key); a flush or a transport timeout is
+		 * the connection's, and keeps its own status. */
+		if (rx->status == -EACCES || rx->status == -EINVAL ||
+		    rx->status == -EREMOTEIO) {
 			EVR_WARN(c->ctx,
 				 "rendezvous read of %zu bytes failed (%s): "
 				 "the peer advertised a bad buffer",
 				 rx->len, evr_err_name(rx->status));
 			evr__conn_fail(c, -EPROTO);
+		} else if (rx->status != -ECANCELED) {
+			evr__conn_fail(c, rx->status);
 		}
 		return; /* freed with the rx queue at teardown */
 	}
