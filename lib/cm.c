@@ -268,6 +268,11 @@ static void conn_event(evr_conn *c, const struct cm_ev *e)
 			break;
 		}
 		EVR_DBG(ctx, "peer disconnected");
+		/* A peer closing gracefully disconnects once all it sent has
+		 * landed here: those receives are in the CQ already, and must
+		 * be delivered before the conn fails and drops them -- the cm
+		 * fd and the completion fd may be handled in either order. */
+		evr__cq_poll_all(ctx, ~0u);
 		evr__conn_fail(c, -ECONNRESET);
 		break;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
