@@ -7,6 +7,8 @@
  *                   10.77.0.1, the guest's rxe0)
  *   EVR_TEST_ADDR6  its IPv6 address (default fd77::1)
  *   EVR_SKIP_RDMA=1 every RDMA test exits 77 (SKIP): an explicit opt-out
+ *   EVR_TEST_FILTER only the tests whose names match this pattern run
+ *                   (cmocka_set_test_filter: '*' and '?' wildcards)
  */
 #ifndef EVR_RT_H
 #define EVR_RT_H
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -51,6 +54,9 @@ static inline void rt_init(unsigned timeout_s)
 	}
 	alarm(timeout_s);
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	s = getenv("EVR_TEST_FILTER");
+	if (s && *s)
+		cmocka_set_test_filter(s);
 }
 
 static inline void rt_ctx_opts(struct evr_ctx_opts *o)
@@ -101,6 +107,28 @@ static inline int rt_run_until(struct ev_loop *loop, int (*pred)(void *),
 	ev_timer_stop(loop, &t);
 	ev_check_stop(loop, &chk);
 	return pred(arg) ? 0 : -1;
+}
+
+static int rt_never(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+/* Run the loop for `seconds`, whatever happens (to see that something
+ * does not happen). */
+static inline void rt_run_for(struct ev_loop *loop, double seconds)
+{
+	(void)rt_run_until(loop, rt_never, NULL, seconds);
+}
+
+/* Monotonic clock in seconds, for time bounds. */
+static inline double rt_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* A deterministic byte pattern: message `seq`, byte i. */

@@ -26,6 +26,7 @@ struct rt_pair {
 	const char *reject; /* reject requests with this reason */
 	uint8_t seen_user[EVR_MAX_USER_DATA];
 	size_t seen_user_len;
+	evr_ctx *cctx; /* the client's own ctx (rt_pair_init2), or NULL */
 };
 
 static void rt_side_connect(evr_conn *c, int status, void *arg)
@@ -105,11 +106,19 @@ static int rt_pair_up_pred(void *arg)
 	       (p->cli.connects && p->cli.connect_status);
 }
 
-/* Connect the client to the server; asserts both ends came up. */
-static inline void rt_pair_connect(struct rt_pair *p)
+/* The ctx the client connects from. */
+static inline evr_ctx *rt_pair_cli_ctx(const struct rt_pair *p)
 {
-	int rc = evr_connect(p->ctx, rt_addr(), evr_listener_port(p->l),
-			     &p->cli_opts, NULL);
+	return p->cctx ? p->cctx : p->ctx;
+}
+
+/* Connect the client to host:port (a listener of the pair: the server's
+ * address in another family, say); asserts both ends came up. */
+static inline void rt_pair_connect_to(struct rt_pair *p, const char *host,
+				      uint16_t port)
+{
+	int rc = evr_connect(rt_pair_cli_ctx(p), host, port, &p->cli_opts,
+			     NULL);
 
 	assert_int_equal(rc, 0);
 	assert_int_equal(rt_run_until(p->loop, rt_pair_up_pred, p, 20), 0);
@@ -117,6 +126,12 @@ static inline void rt_pair_connect(struct rt_pair *p)
 	assert_int_equal(p->srv.connect_status, 0);
 	assert_non_null(p->cli.conn);
 	assert_non_null(p->srv.conn);
+}
+
+/* Connect the client to the server; asserts both ends came up. */
+static inline void rt_pair_connect(struct rt_pair *p)
+{
+	rt_pair_connect_to(p, rt_addr(), evr_listener_port(p->l));
 }
 
 static int rt_pair_closed_pred(void *arg)
@@ -136,9 +151,27 @@ static inline void rt_pair_close(struct rt_pair *p)
 	assert_int_equal(p->srv.closes, 1);
 }
 
+/* As rt_pair_init, but the client gets a ctx of its own, created with
+ * cli_copts (NULL: the defaults of rt_ctx_opts): the two ends can then
+ * differ in their limits, and their statistics are apart. */
+static inline void rt_pair_init2(struct rt_pair *p, struct ev_loop *loop,
+				 const struct evr_ctx_opts *srv_copts,
+				 const struct evr_ctx_opts *cli_copts)
+{
+	struct evr_ctx_opts o;
+
+	rt_pair_init(p, loop, srv_copts);
+	if (!cli_copts) {
+		rt_ctx_opts(&o);
+		cli_copts = &o;
+	}
+	assert_int_equal(evr_ctx_create(&p->cctx, loop, cli_copts), 0);
+}
+
 static inline void rt_pair_fini(struct rt_pair *p)
 {
 	evr_listener_close(p->l);
+	evr_ctx_destroy(p->cctx);
 	evr_ctx_destroy(p->ctx);
 }
 
