@@ -519,7 +519,10 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 			 const struct ibv_wc *wc)
 {
 	evr_ctx *ctx = c->ctx;
-	struct evr__limits lim = {ctx->max_eager, ctx->o.max_msg_size};
+	/* the sender goes eager up to min(its eager size, ours): the same
+	 * negotiated limit must judge what arrives */
+	struct evr__limits lim = {(uint32_t)eager_limit(c),
+				  ctx->o.max_msg_size};
 	struct evr__parsed p;
 	const char *why = "?";
 	struct evr__rx *rx;
