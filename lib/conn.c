@@ -509,6 +509,22 @@ void evr__conn_sq_done(struct evr__op *op, int status)
 	evr__msg_op_done(op, status);
 }
 
+/* Take the op's credit, then build its WR.  In this order: whether the
+ * last credit may go depends on the credits owed (credit.h), and building
+ * the header piggybacks them.  A failed build gives the credit back (it
+ * fails before anything is piggybacked). */
+static int take_and_prepare(evr_conn *c, struct evr__op *op, bool ctrl)
+{
+	int err;
+
+	if (op->credit && !evr__credit_take(&c->cr, ctrl))
+		return -EAGAIN; /* checked by the caller: cannot happen */
+	err = evr__msg_prepare(c, op);
+	if (err && op->credit)
+		c->cr.avail++;
+	return err;
+}
+
 /* Post what can be posted: receives first (they are what the credits we
  * return stand for), then control messages and rendezvous reads, then the
  * user's ops in order, as one chain. */
@@ -528,13 +544,11 @@ void evr__conn_flush(evr_conn *c)
 		if (op->credit && !evr__credit_can(&c->cr, true))
 			break;
 		evr__opq_pop(&c->ctrlq);
-		err = evr__msg_prepare(c, op);
+		err = take_and_prepare(c, op, true);
 		if (err) {
 			evr__conn_sq_done(op, err);
 			continue;
 		}
-		if (op->credit)
-			evr__credit_take(&c->cr, true);
 		evr__sq_add(&c->sq, op);
 	}
 	while ((op = c->sendq.head) && evr__sq_room(&c->sq) > 0) {
@@ -543,13 +557,11 @@ void evr__conn_flush(evr_conn *c)
 		evr__opq_pop(&c->sendq);
 		c->queued_bytes -= op->qbytes;
 		op->qbytes = 0;
-		err = evr__msg_prepare(c, op);
+		err = take_and_prepare(c, op, false);
 		if (err) {
 			evr__conn_sq_done(op, err);
 			continue;
 		}
-		if (op->credit)
-			evr__credit_take(&c->cr, false);
 		evr__sq_add(&c->sq, op);
 	}
 	if ((evr__credit_need_update(&c->cr) ||
@@ -561,8 +573,7 @@ void evr__conn_flush(evr_conn *c)
 			op->kind = EVR_OP_CTRL;
 			op->ctrl_type = EVR_T_CREDIT;
 			op->credit = op->ctrl = true;
-			if (evr__msg_prepare(c, op) == 0) {
-				evr__credit_take(&c->cr, true);
+			if (take_and_prepare(c, op, true) == 0) {
 				evr__sq_add(&c->sq, op);
 				ctx->st.credit_updates++;
 			} else {
