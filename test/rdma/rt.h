@@ -82,15 +82,29 @@ static void rt_check_cb(struct ev_loop *loop, ev_check *w, int revents)
 		ev_break(loop, EVBREAK_ALL);
 }
 
+static void rt_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+	int (*pred)(void *) = (int (*)(void *))((void **)w->data)[0];
+
+	(void)revents;
+	if (pred(((void **)w->data)[1]))
+		ev_break(loop, EVBREAK_ALL);
+}
+
 /*
  * Run the loop until pred(arg) is true or `seconds` pass.  Returns 0 when
- * the predicate became true, -1 on timeout.
+ * the predicate became true, -1 on timeout.  The predicate is checked after
+ * every wakeup (ev_check) and, at the lowest priority, right before the
+ * loop would sleep (ev_prepare): the library runs deferred callbacks from
+ * its own prepare watcher, and a condition they make true must not wait
+ * for an unrelated wakeup.
  */
 static inline int rt_run_until(struct ev_loop *loop, int (*pred)(void *),
 			       void *arg, double seconds)
 {
 	ev_timer t;
 	ev_check chk;
+	ev_prepare prep;
 	int timed_out = 0;
 	void *data[2] = {(void *)pred, arg};
 
@@ -100,12 +114,17 @@ static inline int rt_run_until(struct ev_loop *loop, int (*pred)(void *),
 	t.data = &timed_out;
 	ev_check_init(&chk, rt_check_cb);
 	chk.data = data;
+	ev_prepare_init(&prep, rt_prepare_cb);
+	ev_set_priority(&prep, EV_MINPRI);
+	prep.data = data;
 	ev_timer_start(loop, &t);
 	ev_check_start(loop, &chk);
+	ev_prepare_start(loop, &prep);
 	while (!timed_out && !pred(arg))
 		ev_run(loop, EVRUN_ONCE);
 	ev_timer_stop(loop, &t);
 	ev_check_stop(loop, &chk);
+	ev_prepare_stop(loop, &prep);
 	return pred(arg) ? 0 : -1;
 }
 

@@ -1,0 +1,244 @@
+/*
+ * The samples, run as processes the way a user runs them: echo_client
+ * against echo_server and against epoll_echo_server, over sizes on both
+ * the eager and the rendezvous path and several connections, every echo
+ * verified by the client (it exits non-zero on any mismatch).  While an
+ * RDMA client floods epoll_echo_server, a TCP client talks to the same
+ * single-threaded server and must keep getting its echoes.
+ *
+ * The programs are found relative to the build directory, where the test
+ * harness runs.
+ */
+#include "rt.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+
+/* Every process started, so that a failed test leaves none behind. */
+static pid_t spawned[16];
+static int nspawned;
+
+static pid_t spawn(char *const argv[])
+{
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execv(argv[0], argv);
+		fprintf(stderr, "exec %s failed\n", argv[0]);
+		_exit(127);
+	}
+	if (nspawned < 16)
+		spawned[nspawned++] = pid;
+	return pid;
+}
+
+static int teardown(void **state)
+{
+	int i;
+
+	(void)state;
+	for (i = 0; i < nspawned; i++) {
+		if (waitpid(spawned[i], NULL, WNOHANG) == 0) {
+			kill(spawned[i], SIGKILL);
+			waitpid(spawned[i], NULL, 0);
+		}
+	}
+	nspawned = 0;
+	return 0;
+}
+
+/* Wait for pid for at most secs; returns its exit status, or -1 (killed). */
+static int wait_exit(pid_t pid, int secs)
+{
+	int st, i;
+
+	for (i = 0; i < secs * 20; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		usleep(50000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &st, 0);
+	return -1;
+}
+
+static char port_str[16], tport_str[16];
+
+static void pick_ports(void)
+{
+	/* distinct per test and per run */
+	static unsigned next;
+	unsigned p = 20000 + (unsigned)(getpid() % 1000) * 32 +
+		     (next++ % 16) * 2;
+
+	snprintf(port_str, sizeof(port_str), "%u", p);
+	snprintf(tport_str, sizeof(tport_str), "%u", p + 1);
+}
+
+static int run_client(const char *sizes, const char *n, const char *w,
+		      const char *c, const char *mode)
+{
+	char *argv[] = {"samples/echo_client", "-a", (char *)rt_addr(),
+			"-p", port_str, "-s", (char *)sizes, "-n", (char *)n,
+			"-w", (char *)w, "-c", (char *)c, "-m", (char *)mode,
+			"-t", "100", NULL};
+
+	return wait_exit(spawn(argv), 120);
+}
+
+static void test_echo_server(void **state)
+{
+	char *srv[] = {"samples/echo_server", "-a", (char *)rt_addr(), "-p",
+		       port_str, "-n", "7", NULL};
+	pid_t s;
+
+	(void)state;
+	pick_ports();
+	s = spawn(srv);
+	usleep(700000);
+	/* eager, threshold edges and rendezvous; several connections */
+	assert_int_equal(run_client("0,1,64,8192,8193,65536,1M", "300", "8",
+				    "3", "adaptive"),
+			 0);
+	assert_int_equal(run_client("64", "2000", "32", "2", "event"), 0);
+	assert_int_equal(run_client("4k,200k", "200", "4", "2", "poll"), 0);
+	/* the server exits 0 after its 7 connections closed */
+	assert_int_equal(wait_exit(s, 30), 0);
+}
+
+/* A blocking TCP echo round trip of len bytes; 0 when the echo matches. */
+static int tcp_roundtrip(int fd, uint32_t seq, size_t len)
+{
+	static uint8_t out[8192], in[8192];
+	size_t got = 0;
+
+	rt_fill(out, len, seq);
+	if (write(fd, out, len) != (ssize_t)len)
+		return -1;
+	while (got < len) {
+		ssize_t n = read(fd, in + got, len - got);
+
+		if (n <= 0)
+			return -1;
+		got += (size_t)n;
+	}
+	return memcmp(in, out, len) ? -1 : 0;
+}
+
+static int tcp_connect(const char *addr, int port)
+{
+	struct sockaddr_in sa = {0};
+	struct timeval tv = {5, 0};
+	int fd = socket(AF_INET, SOCK_STREAM, 0), i;
+
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)port);
+	inet_pton(AF_INET, addr, &sa.sin_addr);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	for (i = 0; i < 50; i++) {
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			return fd;
+		usleep(100000);
+	}
+	close(fd);
+	return -1;
+}
+
+static void run_epoll_server(int edge)
+{
+	char *srv[] = {"samples/epoll_echo_server", "-a", (char *)rt_addr(),
+		       "-p", port_str, "-t", tport_str, "-n", "3",
+		       edge ? "-e" : NULL, NULL};
+	char *flood[] = {"samples/echo_client", "-a", (char *)rt_addr(),
+			 "-p", port_str, "-s", "64,4k", "-n", "20000", "-w",
+			 "64", "-c", "2", "-t", "100", NULL};
+	pid_t s, f;
+	int fd, i, tcp_ok = 0, st = -1;
+	struct timespec t0, t1;
+
+	pick_ports();
+	s = spawn(srv);
+	fd = tcp_connect(rt_addr(), atoi(tport_str));
+	assert_true(fd >= 0);
+	/* TCP works before any RDMA client shows up */
+	assert_int_equal(tcp_roundtrip(fd, 0, 100), 0);
+
+	/* flood it over RDMA; meanwhile the TCP client keeps talking */
+	f = spawn(flood);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (i = 1;; i++) {
+		assert_int_equal(tcp_roundtrip(fd, (uint32_t)i,
+					       (size_t)(1 + i % 8000)),
+				 0);
+		tcp_ok++;
+		if (waitpid(f, &st, WNOHANG) == f)
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		assert_true(t1.tv_sec - t0.tv_sec < 110);
+	}
+	printf("# %s: %d TCP round trips during the RDMA flood\n",
+	       edge ? "edge-triggered" : "level-triggered", tcp_ok);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_true(tcp_ok > 10);
+	close(fd);
+	/* one more RDMA client, sizes on both paths */
+	assert_int_equal(run_client("1,8193,300k", "100", "4", "1", "event"),
+			 0);
+	assert_int_equal(wait_exit(s, 30), 0);
+}
+
+static void test_epoll_server_lt(void **state)
+{
+	(void)state;
+	run_epoll_server(0);
+}
+
+static void test_epoll_server_et(void **state)
+{
+	(void)state;
+	run_epoll_server(1);
+}
+
+static void test_client_usage(void **state)
+{
+	char *bad[] = {"samples/echo_client", "-s", "64", NULL};
+	char *bad2[] = {"samples/echo_client", "-a", (char *)rt_addr(), "-s",
+			"1x", NULL};
+
+	(void)state;
+	/* no address / a bad size: usage, exit 2 */
+	assert_int_equal(wait_exit(spawn(bad), 10), 2);
+	assert_int_equal(wait_exit(spawn(bad2), 10), 2);
+}
+
+static void test_client_no_server(void **state)
+{
+	(void)state;
+	pick_ports();
+	/* nothing listens: the client fails (exit 1), in bounded time */
+	assert_int_equal(run_client("64", "10", "1", "1", "adaptive"), 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_echo_server, teardown),
+		cmocka_unit_test_teardown(test_epoll_server_lt, teardown),
+		cmocka_unit_test_teardown(test_epoll_server_et, teardown),
+		cmocka_unit_test_teardown(test_client_usage, teardown),
+		cmocka_unit_test_teardown(test_client_no_server, teardown),
+	};
+
+	rt_init(900);
+	signal(SIGPIPE, SIG_IGN);
+	return cmocka_run_group_tests_name("rdma_samples", tests, NULL, NULL);
+}
