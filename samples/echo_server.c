@@ -105,6 +105,7 @@ int main(int argc, char **argv)
 	printf("echo_server: listening on %s:%d (device %s, mode %s)\n",
 	       addr ? addr : "*", port, evr_ctx_device(ctx),
 	       evr_mode_str((enum evr_mode)mode));
+	fflush(stdout); /* scripts wait for this line */
 	ev_signal_init(&app.sigint, on_signal, SIGINT);
 	ev_signal_init(&app.sigterm, on_signal, SIGTERM);
 	ev_signal_start(app.loop, &app.sigint);

@@ -22,6 +22,19 @@
 /* Every process started, so that a failed test leaves none behind. */
 static pid_t spawned[16];
 static int nspawned;
+static FILE *server_out;
+
+static void drain_server_out(void)
+{
+	char line[256];
+
+	if (!server_out)
+		return;
+	while (fgets(line, sizeof(line), server_out))
+		printf("%s", line);
+	fclose(server_out);
+	server_out = NULL;
+}
 
 static pid_t spawn(char *const argv[])
 {
@@ -31,12 +44,48 @@ static pid_t spawn(char *const argv[])
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
+		signal(SIGPIPE, SIG_DFL);
 		execv(argv[0], argv);
 		fprintf(stderr, "exec %s failed\n", argv[0]);
 		_exit(127);
 	}
 	if (nspawned < 16)
 		spawned[nspawned++] = pid;
+	return pid;
+}
+
+/* Start a server and wait until it says it is listening (its first line
+ * of output), however slow the machine is.  The rest of its output goes
+ * to ours. */
+static pid_t spawn_server(char *const argv[])
+{
+	int fds[2];
+	pid_t pid;
+	FILE *f;
+	char line[256];
+
+	assert_int_equal(pipe(fds), 0);
+	fflush(NULL);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		signal(SIGPIPE, SIG_DFL);
+		dup2(fds[1], 1);
+		close(fds[0]);
+		close(fds[1]);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(fds[1]);
+	if (nspawned < 16)
+		spawned[nspawned++] = pid;
+	f = fdopen(fds[0], "r");
+	assert_non_null(f);
+	assert_non_null(fgets(line, sizeof(line), f)); /* blocks until up */
+	printf("%s", line);
+	/* the server's later lines are few: let it write them to the pipe,
+	 * read them when the test ends (kept open, read in teardown) */
+	server_out = f;
 	return pid;
 }
 
@@ -52,6 +101,7 @@ static int teardown(void **state)
 		}
 	}
 	nspawned = 0;
+	drain_server_out();
 	return 0;
 }
 
@@ -102,8 +152,7 @@ static void test_echo_server(void **state)
 
 	(void)state;
 	pick_ports();
-	s = spawn(srv);
-	usleep(700000);
+	s = spawn_server(srv);
 	/* eager, threshold edges and rendezvous; several connections */
 	assert_int_equal(run_client("0,1,64,8192,8193,65536,1M", "300", "8",
 				    "3", "adaptive"),
@@ -165,7 +214,7 @@ static void run_epoll_server(int edge)
 	struct timespec t0, t1;
 
 	pick_ports();
-	s = spawn(srv);
+	s = spawn_server(srv);
 	fd = tcp_connect(rt_addr(), atoi(tport_str));
 	assert_true(fd >= 0);
 	/* TCP works before any RDMA client shows up */
@@ -216,8 +265,8 @@ static void test_client_usage(void **state)
 
 	(void)state;
 	/* no address / a bad size: usage, exit 2 */
-	assert_int_equal(wait_exit(spawn(bad), 10), 2);
-	assert_int_equal(wait_exit(spawn(bad2), 10), 2);
+	assert_int_equal(wait_exit(spawn(bad), 30), 2);
+	assert_int_equal(wait_exit(spawn(bad2), 30), 2);
 }
 
 static void test_client_no_server(void **state)
