@@ -1,0 +1,245 @@
+/*
+ * Completion modes on a real verbs stack: traffic must neither lose nor
+ * delay a completion across thousands of forced switches between EVENT,
+ * POLL and ADAPTIVE (each switch back to EVENT arms the CQs and polls once
+ * more), and ADAPTIVE must go to POLL under load and back to EVENT when the
+ * load stops, reporting each switch through the callback and the stats.
+ */
+#include "rt_pair.h"
+
+struct flow {
+	uint32_t sent, got, bad;
+	uint32_t window;
+	uint8_t bufs[16][512];
+	uint32_t echoed;
+	uint8_t echo[16][512];
+};
+
+static void srv_recv(evr_conn *c, const void *data, size_t len, void *arg)
+{
+	struct rt_side *s = arg;
+	struct flow *f = s->user;
+	uint8_t *b = f->echo[f->echoed++ % 16];
+
+	/* window <= 16: a slot is free again once its echo came back */
+	memcpy(b, data, len);
+	assert_int_equal(evr_send(c, b, len, NULL, NULL), 0);
+}
+
+static void pump(struct rt_side *s)
+{
+	struct flow *f = s->user;
+
+	while (s->conn && f->sent < f->got + f->window) {
+		uint8_t *b = f->bufs[f->sent % 16];
+		size_t len = 64 + f->sent % 400;
+
+		rt_fill(b, len, f->sent);
+		assert_int_equal(evr_send(s->conn, b, len, NULL, NULL), 0);
+		f->sent++;
+	}
+}
+
+static void cli_recv(evr_conn *c, const void *data, size_t len, void *arg)
+{
+	struct rt_side *s = arg;
+	struct flow *f = s->user;
+
+	(void)c;
+	if (len != 64 + f->got % 400 || rt_verify(data, len, f->got) >= 0)
+		f->bad++;
+	f->got++;
+	pump(s);
+}
+
+struct toggler {
+	evr_ctx *ctx;
+	ev_timer t;
+	unsigned n;
+	unsigned event_switches; /* switches that had to arm + re-poll */
+};
+
+static void on_toggle(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct toggler *tg = w->data;
+	static const enum evr_mode seq[] = {EVR_MODE_POLL, EVR_MODE_EVENT,
+					    EVR_MODE_ADAPTIVE, EVR_MODE_EVENT};
+
+	(void)loop;
+	(void)revents;
+	if (seq[tg->n % 4] == EVR_MODE_EVENT &&
+	    evr_ctx_mode(tg->ctx) == EVR_MODE_POLL)
+		tg->event_switches++;
+	assert_int_equal(evr_ctx_set_mode(tg->ctx, seq[tg->n % 4]), 0);
+	tg->n++;
+}
+
+struct target {
+	struct flow *f;
+	uint32_t n;
+};
+
+static int got_n(void *arg)
+{
+	struct target *t = arg;
+
+	return t->f->got >= t->n;
+}
+
+static void test_forced_switches(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct flow *f = calloc(1, sizeof(*f));
+	struct toggler tg = {0};
+	struct target tgt = {f, 20000};
+	struct evr_stats st0, st1;
+	struct rt_pair p;
+	double t0;
+
+	(void)state;
+	rt_pair_init(&p, loop, NULL);
+	p.cli.user = p.srv.user = f;
+	p.cli_opts.on_recv = cli_recv;
+	p.srv_opts.on_recv = srv_recv;
+	rt_pair_connect(&p);
+	evr_ctx_stats(p.ctx, &st0);
+
+	tg.ctx = p.ctx;
+	ev_timer_init(&tg.t, on_toggle, 0.0005, 0.0005);
+	tg.t.data = &tg;
+	ev_timer_start(loop, &tg.t);
+	/* window 1: a completion that is lost or delayed across a switch
+	 * stops the ping-pong and shows as a timeout, not as a slowdown */
+	f->window = 1;
+	tgt.n = 3000;
+	t0 = rt_now();
+	pump(&p.cli);
+	assert_int_equal(rt_run_until(loop, got_n, &tgt, 120), 0);
+	printf("# window 1: %u round trips, %u forced switches (%u back to "
+	       "EVENT) in %.2f s\n",
+	       f->got, tg.n, tg.event_switches, rt_now() - t0);
+	/* then a window of 16 */
+	f->window = 16;
+	tgt.n = f->got + 20000;
+	t0 = rt_now();
+	pump(&p.cli);
+	assert_int_equal(rt_run_until(loop, got_n, &tgt, 120), 0);
+	ev_timer_stop(loop, &tg.t);
+	evr_ctx_stats(p.ctx, &st1);
+	printf("# window 16: %u messages in total, %u forced switches, "
+	       "stats: %llu mode switches, %llu wakeups, %llu polls\n",
+	       f->got, tg.n,
+	       (unsigned long long)(st1.mode_switches - st0.mode_switches),
+	       (unsigned long long)(st1.wakeups - st0.wakeups),
+	       (unsigned long long)(st1.polls - st0.polls));
+	assert_int_equal(f->bad, 0);
+	assert_true(tg.n >= 1000);
+	assert_true(tg.event_switches >= 250);
+	assert_true(st1.mode_switches - st0.mode_switches >= 500);
+	/* stop sending, drain what is in flight, then close cleanly */
+	f->window = 0;
+	tgt.n = f->sent;
+	assert_int_equal(rt_run_until(loop, got_n, &tgt, 30), 0);
+	assert_int_equal(f->got, f->sent);
+	rt_pair_close(&p);
+	rt_pair_fini(&p);
+	free(f);
+	ev_loop_destroy(loop);
+}
+
+struct switches {
+	int to_poll, to_event;
+	enum evr_mode last;
+};
+
+static void on_switch(evr_ctx *ctx, enum evr_mode now, void *arg)
+{
+	struct switches *sw = arg;
+
+	(void)ctx;
+	if (now == EVR_MODE_POLL)
+		sw->to_poll++;
+	else
+		sw->to_event++;
+	sw->last = now;
+}
+
+static int in_event(void *arg)
+{
+	return evr_ctx_mode(arg) == EVR_MODE_EVENT;
+}
+
+static void test_adaptive_follows_load(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct flow *f = calloc(1, sizeof(*f));
+	struct switches sw = {0};
+	struct target tgt = {f, 0};
+	struct evr_stats st0, st1;
+	struct rt_pair p;
+	double t0;
+
+	(void)state;
+	rt_pair_init(&p, loop, NULL); /* ADAPTIVE is the default */
+	p.cli.user = p.srv.user = f;
+	p.cli_opts.on_recv = cli_recv;
+	p.srv_opts.on_recv = srv_recv;
+	rt_pair_connect(&p);
+	evr_ctx_on_mode_switch(p.ctx, on_switch, &sw);
+	/* idle: EVENT */
+	rt_run_for(loop, 0.2);
+	assert_int_equal(evr_ctx_mode(p.ctx), EVR_MODE_EVENT);
+
+	/* load: a window of 16 as fast as it goes -> POLL */
+	f->window = 16;
+	tgt.n = 5000;
+	pump(&p.cli);
+	assert_int_equal(rt_run_until(loop, got_n, &tgt, 60), 0);
+	assert_true(sw.to_poll >= 1);
+	/* stop: the window drains, then after the quiet period -> EVENT */
+	f->window = 0;
+	tgt.n = f->sent;
+	assert_int_equal(rt_run_until(loop, got_n, &tgt, 30), 0);
+	t0 = rt_now();
+	assert_int_equal(rt_run_until(loop, in_event, p.ctx, 5), 0);
+	printf("# adaptive: %d switches to POLL, %d to EVENT; back to EVENT "
+	       "%.1f ms after the load stopped\n",
+	       sw.to_poll, sw.to_event, (rt_now() - t0) * 1e3);
+	assert_true(sw.to_event >= 1);
+	assert_int_equal(sw.last, EVR_MODE_EVENT);
+
+	/* idle again: no spinning -- polls stay flat, no wakeups */
+	evr_ctx_stats(p.ctx, &st0);
+	rt_run_for(loop, 0.5);
+	evr_ctx_stats(p.ctx, &st1);
+	printf("# idle 0.5 s: %llu polls, %llu wakeups\n",
+	       (unsigned long long)(st1.polls - st0.polls),
+	       (unsigned long long)(st1.wakeups - st0.wakeups));
+	assert_true(st1.polls - st0.polls < 10);
+	assert_int_equal(st1.mode, EVR_MODE_EVENT);
+
+	/* and traffic still flows after all that */
+	f->window = 4;
+	tgt.n = f->got + 200;
+	pump(&p.cli);
+	assert_int_equal(rt_run_until(loop, got_n, &tgt, 30), 0);
+	f->window = 0;
+	tgt.n = f->sent;
+	assert_int_equal(rt_run_until(loop, got_n, &tgt, 30), 0);
+	assert_int_equal(f->bad, 0);
+	rt_pair_close(&p);
+	rt_pair_fini(&p);
+	free(f);
+	ev_loop_destroy(loop);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_forced_switches),
+		cmocka_unit_test(test_adaptive_follows_load),
+	};
+
+	rt_init(600);
+	return cmocka_run_group_tests_name("rdma_modes", tests, NULL, NULL);
+}
