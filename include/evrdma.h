@@ -103,6 +103,20 @@ struct evr_ctx_opts {
 	unsigned signal_interval; /**< signal 1 send WR in N, default 16 */
 	unsigned connect_timeout_ms; /**< default 5000 */
 	unsigned close_timeout_ms;   /**< graceful close bound, default 5000 */
+	/** Transport retries before a send fails (0..6, default 6; 7 would
+	 *  mean "forever" to some providers and is never used). */
+	unsigned retry_count;
+	/** Local ACK timeout exponent: 4.096 us * 2^n (default 16, ~0.27 s).
+	 *  A dead peer fails the WRs in flight after about
+	 *  (retry_count + 1) times that. */
+	unsigned ack_timeout;
+	/** Probe a connection idle this long (default 2000; 0: no keepalive).
+	 *  The probe is a zero-length RDMA WRITE: no peer CPU, no credit. */
+	unsigned keepalive_ms;
+	/** A probe not acknowledged within this fails the conn -ETIMEDOUT
+	 *  (default 6000): a silent peer is detected within about
+	 *  keepalive_ms * 1.5 + keepalive_timeout_ms. */
+	unsigned keepalive_timeout_ms;
 	size_t send_queue_limit;     /**< bytes queued per conn, default 64 MiB */
 	size_t send_queue_lowat;     /**< on_drain below this, default limit/2 */
 	/* Adaptive mode (also EVR_ADAPT_* environment variables). */
@@ -164,6 +178,7 @@ struct evr_stats {
 	uint64_t rndv_sent, rndv_recv;
 	uint64_t credit_updates;  /**< explicit credit messages sent */
 	uint64_t cq_resizes;	  /**< CQ grown (resize or extra CQ) */
+	uint64_t keepalive_probes; /**< keepalive probes sent */
 	uint32_t conns;		  /**< open connections */
 	uint32_t cq_count;	  /**< CQs in use */
 	uint32_t cq_capacity;	  /**< total CQEs of all CQs */
@@ -262,6 +277,9 @@ struct evr_conn_opts {
 	const void *user_data;
 	size_t user_len; /**< at most EVR_MAX_USER_DATA */
 	unsigned timeout_ms; /**< connect bound; 0: the ctx default */
+	/** Keepalive idle time for this conn: 0 takes the ctx's, -1 turns
+	 *  keepalive off. */
+	int keepalive_ms;
 };
 
 EVR_EXPORT void evr_conn_opts_init(struct evr_conn_opts *opts);

@@ -74,8 +74,21 @@ static void conn_param(evr_ctx *ctx, struct rdma_conn_param *p,
 	 * and a dead peer must end in an error.  No RNR retries at all: the
 	 * credit protocol guarantees a posted receive for every send, so an
 	 * RNR NAK is a bug that must surface, not be papered over. */
-	p->retry_count = 6;
+	p->retry_count = (uint8_t)ctx->o.retry_count;
 	p->rnr_retry_count = 0;
+}
+
+/* The local ACK timeout bounds, with the retry count, how long a dead peer
+ * can keep a WR in flight.  Failing to set it is not fatal (old kernels):
+ * the path's default then applies. */
+static void set_ack_timeout(evr_ctx *ctx, struct rdma_cm_id *id)
+{
+	uint8_t t = (uint8_t)ctx->o.ack_timeout;
+
+	if (t && rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT,
+				 &t, sizeof(t)))
+		EVR_INFO(ctx, "cannot set the ACK timeout: %s",
+			 evr_strerror(-errno));
 }
 
 /* ---- active side ---- */
@@ -174,6 +187,7 @@ static void on_route_resolved(evr_conn *c)
 	memcpy(hs.user, c->udata, c->ulen);
 	n = evr__hs_encode(buf, &hs);
 	conn_param(c->ctx, &p, buf, n);
+	set_ack_timeout(c->ctx, c->id);
 	if (rdma_connect(c->id, &p)) {
 		evr__conn_fail(c, -errno);
 		return;
@@ -456,6 +470,7 @@ int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 	p.responder_resources = (uint8_t)EVR__MIN(
 		p.responder_resources, EVR__MAX(req->hs.recv_depth, 1));
 	req->id->context = c;
+	set_ack_timeout(ctx, req->id);
 	if (rdma_accept(req->id, &p)) {
 		err = -errno;
 		goto err_release;

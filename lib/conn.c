@@ -36,6 +36,7 @@ const char *evr__conn_state_str(enum evr__conn_state s)
 }
 
 static void on_timer(struct ev_loop *loop, ev_timer *w, int revents);
+static void on_keepalive(struct ev_loop *loop, ev_timer *w, int revents);
 
 void evr_conn_opts_init(struct evr_conn_opts *o)
 {
@@ -63,6 +64,12 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 	evr__opq_init(&c->sendq);
 	evr__opq_init(&c->ctrlq);
 	ev_timer_init(&c->timer, on_timer, 0., 0.);
+	ev_timer_init(&c->ka, on_keepalive, 0., 0.);
+	if (opts->keepalive_ms > 0)
+		c->ka_idle = opts->keepalive_ms / 1000.0;
+	else if (opts->keepalive_ms == 0)
+		c->ka_idle = ctx->o.keepalive_ms / 1000.0;
+	c->ka_timeout = ctx->o.keepalive_timeout_ms / 1000.0;
 	evr__list_add_tail(&ctx->conns, &c->link);
 	ctx->st.conns++;
 	return c;
@@ -229,6 +236,13 @@ void evr__conn_established(evr_conn *c)
 	ev_timer_stop(c->ctx->loop, &c->timer);
 	c->state = EVR_CS_ESTABLISHED;
 	c->established = true;
+	c->last_act = ev_now(c->ctx->loop);
+	if (c->ka_idle > 0 && c->ka_timeout > 0) {
+		/* tick at half the idle time: a probe goes out between 1 and
+		 * 1.5 idle times after the last sign of life */
+		ev_timer_set(&c->ka, c->ka_idle / 2, c->ka_idle / 2);
+		ev_timer_start(c->ctx->loop, &c->ka);
+	}
 	EVR_DBG(c->ctx, "conn %p established (peer depth %u, eager %u)",
 		(void *)c, c->peer_depth, c->peer_max_eager);
 	if (c->o.on_connect)
@@ -331,6 +345,7 @@ static void conn_release(evr_conn *c)
 	struct evr__buf *b;
 
 	ev_timer_stop(ctx->loop, &c->timer);
+	ev_timer_stop(ctx->loop, &c->ka);
 	if (c->qp) {
 		rdma_destroy_qp(c->id);
 		c->qp = NULL;
@@ -500,6 +515,52 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 		break;
 	}
 	evr__ctx_progress(ctx);
+}
+
+/*
+ * Keepalive.  A connection with no completion for ka_idle seconds gets a
+ * probe: a zero-length RDMA WRITE, which needs no credit, no receive and no
+ * CPU at the peer -- only its RDMA device must answer.  A dead or silent
+ * peer never acknowledges it: either the transport gives up (retry count x
+ * ACK timeout, an error completion) or ka_timeout passes first and the
+ * conn fails with -ETIMEDOUT.  Every completion counts as a sign of life,
+ * so a busy connection never sends probes.
+ */
+static void on_keepalive(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	evr_conn *c = evr__container_of(w, evr_conn, ka);
+	double now = ev_now(loop);
+	struct evr__op *op;
+
+	(void)revents;
+	if (c->state != EVR_CS_ESTABLISHED && c->state != EVR_CS_CLOSING) {
+		ev_timer_stop(loop, w);
+		return;
+	}
+	if (c->probe_sent > 0) {
+		if (now - c->probe_sent >= c->ka_timeout) {
+			EVR_WARN(c->ctx, "conn %p: peer silent for %.1f s: "
+					 "keepalive timed out",
+				 (void *)c, now - c->last_act);
+			evr__conn_fail(c, -ETIMEDOUT);
+			evr__ctx_progress(c->ctx);
+		}
+		return;
+	}
+	if (now - c->last_act < c->ka_idle)
+		return;
+	op = evr__op_alloc(c->ctx);
+	if (!op)
+		return; /* try again at the next tick */
+	op->conn = c;
+	op->kind = EVR_OP_PROBE;
+	op->wr.opcode = IBV_WR_RDMA_WRITE;
+	op->wr.num_sge = 0;
+	c->probe_sent = now;
+	c->ctx->st.keepalive_probes++;
+	evr__opq_push(&c->ctrlq, op);
+	evr__conn_dirty(c);
+	evr__ctx_progress(c->ctx);
 }
 
 /* Completion of one op of this conn, in posting order (sq.c), or of a

@@ -179,6 +179,7 @@ void evr__dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc)
 		EVR_WARN(ctx, "work completion error on qp %u: %s (vendor 0x%x)",
 			 wc->qp_num, ibv_wc_status_str(wc->status),
 			 wc->vendor_err);
+	c->last_act = ev_now(ctx->loop); /* a sign of life (keepalive) */
 	if (op->kind == EVR_OP_RECV) {
 		evr__recv_done(c, evr__container_of(op, struct evr__buf, op),
 			       wc);

@@ -39,6 +39,10 @@ void evr_ctx_opts_init(struct evr_ctx_opts *o)
 	o->signal_interval = 16;
 	o->connect_timeout_ms = 5000;
 	o->close_timeout_ms = 5000;
+	o->retry_count = 6;
+	o->ack_timeout = 16;
+	o->keepalive_ms = 2000;
+	o->keepalive_timeout_ms = 6000;
 	o->send_queue_limit = 64u << 20;
 	o->send_queue_lowat = 0;
 	o->adapt_up_rate = 2000;
@@ -463,7 +467,8 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	    opts->eager_size < EVR_HS_MIN_EAGER ||
 	    opts->eager_size > EVR_HS_MAX_EAGER ||
 	    opts->max_msg_size < opts->eager_size ||
-	    opts->max_msg_size > (1ull << 40))
+	    opts->max_msg_size > (1ull << 40) || opts->retry_count > 6 ||
+	    opts->ack_timeout > 31)
 		return -EINVAL;
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)

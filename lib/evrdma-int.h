@@ -69,6 +69,7 @@ enum evr__op_kind {
 	EVR_OP_RREAD,	  /* internal: one chunk of a rendezvous read */
 	EVR_OP_RECV,	  /* a posted receive buffer */
 	EVR_OP_DRAIN,	  /* marker: flushed through a dead QP */
+	EVR_OP_PROBE,	  /* keepalive: a zero-length RDMA WRITE */
 };
 
 struct evr__buf;
@@ -311,6 +312,10 @@ struct evr_conn {
 	int error;	     /* why it ends (0: local graceful close) */
 	struct evr_conn_opts o;
 	struct ev_timer timer; /* connect / close / flush bound */
+	struct ev_timer ka;    /* keepalive tick */
+	double ka_idle, ka_timeout; /* seconds; ka_idle 0: off */
+	double last_act;       /* ev_now() of the last completion */
+	double probe_sent;     /* ev_now() of the probe in flight, or 0 */
 	uint64_t dead_since_ns;
 	/* peer's limits, from the handshake */
 	uint32_t peer_max_eager;

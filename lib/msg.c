@@ -314,6 +314,10 @@ void evr__msg_op_done(struct evr__op *op, int status)
 	case EVR_OP_CTRL:
 		evr__op_free(ctx, op);
 		return;
+	case EVR_OP_PROBE:
+		c->probe_sent = 0; /* an error fails the conn in dispatch */
+		evr__op_free(ctx, op);
+		return;
 	case EVR_OP_RREAD:
 		rread_done(c, op, status);
 		evr__op_free(ctx, op);
