@@ -19,6 +19,7 @@
  */
 #include "evrdma-int.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -532,7 +533,7 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	struct evr__rx *rx;
 
 	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-		uint32_t imm = wc->imm_data;
+		uint32_t imm = be32toh(wc->imm_data);
 
 		repost(c, b);
 		if (c->o.on_imm && !c->abort)

@@ -7,6 +7,7 @@
  */
 #include "evrdma-int.h"
 
+#include <endian.h>
 #include <errno.h>
 
 static int rma_submit(evr_conn *c, enum evr__op_kind kind,
@@ -84,7 +85,7 @@ int evr_write_imm(evr_conn *c, evr_mr *lmr, size_t loff,
 
 	if (err)
 		return err;
-	op->wr.imm_data = imm;
+	op->wr.imm_data = htobe32(imm); /* verbs carries it big endian */
 	rma_queue(op);
 	return 0;
 }
