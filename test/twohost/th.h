@@ -263,6 +263,39 @@ static inline void th_run_for(struct ev_loop *loop, double secs)
 	(void)th_run_until(loop, th_never, NULL, secs);
 }
 
+/* th_hostreq with the loop running meanwhile (traffic goes on until the
+ * fault hits).  Only for requests about the other host. */
+static inline double th_hostreq_loop(struct ev_loop *loop, const char *action,
+				     int n, const char *arg)
+{
+	char tmp[512], req[512], done[512];
+	struct stat st;
+	double end;
+	FILE *f;
+
+	snprintf(tmp, sizeof(tmp), "%s/ctl/.r%d.%s", th.dir, (int)getpid(),
+		 action);
+	snprintf(req, sizeof(req), "%s/ctl/req.%s.%d.%s.%d", th.dir,
+		 th.name, th.id, action, n);
+	snprintf(done, sizeof(done), "%s/ctl/done.%s.%d.%s.%d", th.dir,
+		 th.name, th.id, action, n);
+	unlink(done);
+	f = fopen(tmp, "w");
+	TH_CHECK(f != NULL);
+	fprintf(f, "%s %d %s\n", action, n, arg ? arg : "");
+	TH_CHECK(fclose(f) == 0);
+	TH_CHECK(rename(tmp, req) == 0);
+	end = th_now() + 30;
+	while (stat(done, &st) != 0) {
+		if (th_now() > end)
+			th_fail("host did not answer %s %d", action, n);
+		th_run_for(loop, 0.02);
+	}
+	unlink(done);
+	printf("# host: %s %d %s done\n", action, n, arg ? arg : "");
+	return th_now();
+}
+
 /* A deterministic byte pattern: message seq, byte i. */
 static inline uint8_t th_pat(uint32_t seq, size_t i)
 {
@@ -379,6 +412,27 @@ static inline void th_srv_serve(struct th_srv *s, int nconns, double secs)
 			       "%.0f s\n", s->closes, nconns, secs);
 			return;
 		}
+	}
+}
+
+/* Serve until host 1 creates the barrier mark and every conn has closed
+ * (at most 5 s more), or secs pass. */
+static inline void th_srv_serve_until(struct th_srv *s, const char *mark,
+				      double secs)
+{
+	double end = th_now() + secs, grace = 0;
+
+	s->want = 0;
+	for (;;) {
+		th_run_for(s->loop, 0.5);
+		if (th_exists("marks", "fail1"))
+			th_fail("host 1 failed");
+		if (!grace && th_exists("marks", mark))
+			grace = th_now() + 5;
+		if (grace && (s->closes >= s->conns || th_now() > grace))
+			return;
+		if (th_now() > end)
+			th_fail("host 1 never marked %s", mark);
 	}
 }
 
