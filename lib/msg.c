@@ -223,6 +223,16 @@ int evr__msg_prepare(evr_conn *c, struct evr__op *op)
 
 /* ---- completion of ops ---- */
 
+/* The status an op's user callback gets: a WR flushed because its conn
+ * failed reports why the conn failed (-ETIMEDOUT for a dead peer,
+ * -ECONNRESET, ...) rather than the flush; an abort stays -ECANCELED. */
+static int op_user_status(const evr_conn *c, int status)
+{
+	if (status == -ECANCELED && c->error && !c->abort)
+		return c->error;
+	return status;
+}
+
 static void rndv_finish(evr_conn *c, struct evr__op *op)
 {
 	evr_ctx *ctx = c->ctx;
@@ -237,7 +247,7 @@ static void rndv_finish(evr_conn *c, struct evr__op *op)
 		ctx->st.rndv_sent++;
 	}
 	if (op->cb)
-		op->cb(c, op->status, op->arg);
+		op->cb(c, op_user_status(c, op->status), op->arg);
 	evr__op_free(ctx, op);
 }
 
@@ -341,7 +351,7 @@ void evr__msg_op_done(struct evr__op *op, int status)
 		break;
 	}
 	if (op->cb)
-		op->cb(c, status, op->arg);
+		op->cb(c, op_user_status(c, status), op->arg);
 	evr__op_free(ctx, op);
 }
 
