@@ -284,6 +284,7 @@ static void rread_done(evr_conn *c, struct evr__op *op, int status)
 		return; /* freed with the rx queue at teardown */
 	}
 	rx->ready = true;
+	EVR__VG_DEFINED(rx->mem, rx->len); /* the device read it in */
 	c->ctx->st.rndv_recv++;
 	/* tell the sender it may reuse its buffer */
 	{
@@ -644,6 +645,8 @@ void evr__recv_done(evr_conn *c, struct evr__buf *b, const struct ibv_wc *wc)
 				       "fit the receive buffer, or is invalid");
 		return;
 	}
+	if (wc->opcode == IBV_WC_RECV) /* the device wrote the buffer */
+		EVR__VG_DEFINED(b->data, EVR__MIN(wc->byte_len, b->size));
 	if (c->state >= EVR_CS_DISCONNECTING || c->qp_err) {
 		evr__pool_put(&ctx->pool, b);
 		evr__conn_kick(c);
