@@ -9,6 +9,10 @@
  *   EVR_SKIP_RDMA=1 every RDMA test exits 77 (SKIP): an explicit opt-out
  *   EVR_TEST_FILTER only the tests whose names match this pattern run
  *                   (cmocka_set_test_filter: '*' and '?' wildcards)
+ *   EVR_TEST_TIMEOUT_SCALE  a factor (>= 1, default 1) for the time bounds:
+ *                   the run's alarm, the waits of rt_run_until and the
+ *                   connect and close timeouts of rt_ctx_opts, for slow
+ *                   runs such as valgrind in the emulated guest
  */
 #ifndef EVR_RT_H
 #define EVR_RT_H
@@ -43,6 +47,15 @@ static inline const char *rt_addr6(void)
 	return a && *a ? a : "fd77::1";
 }
 
+/* The factor EVR_TEST_TIMEOUT_SCALE sets for time bounds (1 by default). */
+static inline double rt_timeout_scale(void)
+{
+	const char *s = getenv("EVR_TEST_TIMEOUT_SCALE");
+	double v = s && *s ? strtod(s, NULL) : 1.0;
+
+	return v > 1.0 && v < 1000.0 ? v : 1.0;
+}
+
 /* Call first in main(): honours the opt-out and bounds the run time. */
 static inline void rt_init(unsigned timeout_s)
 {
@@ -52,7 +65,7 @@ static inline void rt_init(unsigned timeout_s)
 		printf("SKIP: EVR_SKIP_RDMA is set\n");
 		exit(77);
 	}
-	alarm(timeout_s);
+	alarm((unsigned)(timeout_s * rt_timeout_scale()));
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	s = getenv("EVR_TEST_FILTER");
 	if (s && *s)
@@ -61,8 +74,14 @@ static inline void rt_init(unsigned timeout_s)
 
 static inline void rt_ctx_opts(struct evr_ctx_opts *o)
 {
+	double k = rt_timeout_scale();
+
 	evr_ctx_opts_init(o);
 	o->local_addr = rt_addr();
+	/* a slow run (valgrind) may take longer than the defaults allow to
+	 * set a connection up or down */
+	o->connect_timeout_ms = (unsigned)(o->connect_timeout_ms * k);
+	o->close_timeout_ms = (unsigned)(o->close_timeout_ms * k);
 }
 
 static void rt_timeout_cb(struct ev_loop *loop, ev_timer *w, int revents)
@@ -91,16 +110,9 @@ static void rt_prepare_cb(struct ev_loop *loop, ev_prepare *w, int revents)
 		ev_break(loop, EVBREAK_ALL);
 }
 
-/*
- * Run the loop until pred(arg) is true or `seconds` pass.  Returns 0 when
- * the predicate became true, -1 on timeout.  The predicate is checked after
- * every wakeup (ev_check) and, at the lowest priority, right before the
- * loop would sleep (ev_prepare): the library runs deferred callbacks from
- * its own prepare watcher, and a condition they make true must not wait
- * for an unrelated wakeup.
- */
-static inline int rt_run_until(struct ev_loop *loop, int (*pred)(void *),
-			       void *arg, double seconds)
+/* rt_run_until without the EVR_TEST_TIMEOUT_SCALE factor. */
+static inline int rt_run_until_exact(struct ev_loop *loop, int (*pred)(void *),
+				     void *arg, double seconds)
 {
 	ev_timer t;
 	ev_check chk;
@@ -128,6 +140,22 @@ static inline int rt_run_until(struct ev_loop *loop, int (*pred)(void *),
 	return pred(arg) ? 0 : -1;
 }
 
+/*
+ * Run the loop until pred(arg) is true or `seconds` (times
+ * EVR_TEST_TIMEOUT_SCALE) pass.  Returns 0 when the predicate became true,
+ * -1 on timeout.  The predicate is checked after every wakeup (ev_check)
+ * and, at the lowest priority, right before the loop would sleep
+ * (ev_prepare): the library runs deferred callbacks from its own prepare
+ * watcher, and a condition they make true must not wait for an unrelated
+ * wakeup.
+ */
+static inline int rt_run_until(struct ev_loop *loop, int (*pred)(void *),
+			       void *arg, double seconds)
+{
+	return rt_run_until_exact(loop, pred, arg,
+				  seconds * rt_timeout_scale());
+}
+
 static int rt_never(void *arg)
 {
 	(void)arg;
@@ -138,7 +166,21 @@ static int rt_never(void *arg)
  * does not happen). */
 static inline void rt_run_for(struct ev_loop *loop, double seconds)
 {
-	(void)rt_run_until(loop, rt_never, NULL, seconds);
+	(void)rt_run_until_exact(loop, rt_never, NULL, seconds);
+}
+
+/* This program's path, to re-execute it in a child process.  Not
+ * "/proc/self/exe" itself: under valgrind that is the valgrind tool, while
+ * readlink() of it gives the program valgrind runs. */
+static inline const char *rt_self_exe(void)
+{
+	static char path[4096];
+	ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+
+	if (n <= 0)
+		return "/proc/self/exe";
+	path[n] = 0;
+	return path;
 }
 
 /* Monotonic clock in seconds, for time bounds. */

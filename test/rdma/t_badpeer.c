@@ -384,6 +384,7 @@ static void test_bad_peers(void **state)
 	struct good *g = calloc(1, sizeof(*g));
 	struct evr_ctx_opts o;
 	struct evr_conn_opts co;
+	const char *self;
 	uint16_t port;
 	int bc;
 
@@ -411,6 +412,7 @@ static void test_bad_peers(void **state)
 		w.srv = &srv;
 		w.want_closes = srv.closes_eproto + srv.closes_other +
 				(is_handshake_case(bc) ? 0 : 1);
+		self = rt_self_exe();
 		fflush(NULL);
 		w.pid = fork();
 		assert_true(w.pid >= 0);
@@ -421,8 +423,8 @@ static void test_bad_peers(void **state)
 
 			snprintf(a1, sizeof(a1), "%d", bc);
 			snprintf(a2, sizeof(a2), "%u", port);
-			execl("/proc/self/exe", "t_badpeer", "--raw-client", a1,
-			      a2, (char *)NULL);
+			execl(self, "t_badpeer", "--raw-client", a1, a2,
+			      (char *)NULL);
 			_exit(127);
 		}
 		if (rt_run_until(loop, child_and_close, &w, 40)) {
