@@ -1,0 +1,246 @@
+#!/bin/bash
+# bench/guest.sh: the measurements of bench/run, next to an RDMA device
+# (normally inside the Soft-RoCE guest of test/vm/evr-vm).
+#
+#   bench/guest.sh BUILDDIR OUTDIR [REPS [quick]]
+#
+# Runs the perftest baselines and evrdma-perf alternately, REPS times each
+# (default 3), and writes one line per run to OUTDIR/raw.csv; everything
+# the tools print goes to OUTDIR/log.txt.  With two or more CPUs, every
+# server (perftest's and evrdma-perf's) runs on CPU 0 and every client on
+# CPU 1: two busy-polling processes left to share one CPU would each wait
+# for the other's time slice.  "quick" shortens every run (to
+# try the script, not to measure).  Environment: BENCH_DEV (rxe0),
+# BENCH_ADDR (10.77.0.1), BENCH_GID (perftest's GID index; 1 is the
+# IPv4-mapped RoCE v2 GID of rxe0).
+set -u
+
+BUILD=$1 OUT=$2 REPS=${3:-3} QUICK=${4:-}
+PERF=$BUILD/tools/evrdma-perf
+# Skip libtool's wrapper script: under emulation its start-up costs more
+# than a short test.
+if [ -x "$BUILD/tools/.libs/evrdma-perf" ] && [ -d "$BUILD/lib/.libs" ]; then
+	PERF=$BUILD/tools/.libs/evrdma-perf
+	LD_LIBRARY_PATH=$BUILD/lib/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+	export LD_LIBRARY_PATH
+fi
+DEV=${BENCH_DEV:-rxe0}
+ADDR=${BENCH_ADDR:-10.77.0.1}
+GID=${BENCH_GID:-1}
+LOG=$OUT/log.txt RAW=$OUT/raw.csv
+
+# Message sizes and iteration counts (chosen so that one pass stays short
+# under software emulation).
+LAT_SIZES="8 64 4096 65536"
+LAT_ITERS=1000
+RATE_ITERS=30000
+BW_SIZES="65536 1048576"
+declare -A BW_ITERS=([65536]=500 [1048576]=50)
+CONNS=50
+IDLE_S=10 LIGHT_S=5 SAT_S=3
+if [ "$QUICK" = quick ]; then
+	LAT_SIZES="64 4096" LAT_ITERS=200 RATE_ITERS=5000
+	BW_SIZES="65536 1048576" BW_ITERS=([65536]=50 [1048576]=10)
+	CONNS=10 IDLE_S=1 LIGHT_S=1 SAT_S=1
+fi
+
+PIN_S= PIN_C=
+if [ "$(nproc)" -ge 2 ] && command -v taskset > /dev/null; then
+	PIN_S="taskset -c 0" PIN_C="taskset -c 1"
+fi
+
+PORT=20000 SRV_PID=
+mkdir -p "$OUT" || exit 1
+: > "$LOG"
+COLS="rep,group,tool,mode,load,size,lat_med,lat_p99,lat_p999,msg_s,mb_s"
+COLS+=",cpu_us_msg,cpu_pct,srv_cpu_pct,srv_cpu_us_msg,switches,srv_switches"
+echo "$COLS" > "$RAW"
+
+log() { echo "$*" >> "$LOG"; }
+note() { echo "bench: [${SECONDS}s] $*" >&2; log "### [${SECONDS}s] $*"; }
+# row REP GROUP TOOL MODE LOAD SIZE [metrics...]
+row() {
+	local IFS=,
+	echo "$*" >> "$RAW"
+}
+
+# A perftest pair: pt TOOL ARGS...; the client, retried until the server
+# listens, leaves its output in PT_OUT.
+pt() {
+	local tool=$1 i out spid
+	shift
+	PORT=$((PORT + 1))
+	$PIN_S timeout 120 "$tool" -d "$DEV" -x "$GID" -p $PORT "$@" \
+		>> "$LOG" 2>&1 &
+	spid=$!
+	for i in $(seq 1 80); do
+		out=$($PIN_C timeout 120 "$tool" -d "$DEV" -x "$GID" -p $PORT \
+			"$@" "$ADDR" 2>&1)
+		grep -q "Couldn't connect\|Unable to init" <<< "$out" || break
+		sleep 0.25
+	done
+	wait $spid
+	log "--- $tool $* (port $PORT)"
+	log "$out"
+	PT_OUT=$out
+}
+
+# perftest estimates the CPU clock rate for its reports and, under
+# emulation, sometimes gives up ("Correlation coefficient ... Can't produce
+# a report") or prints inf: such a run is repeated, up to 3 times.
+valid() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?(,[0-9]+(\.[0-9]+)?)*$ ]]; }
+
+# ib_send_lat: t_typical (the median), 99% and 99.9% percentiles.
+# lat_pt REP LABEL MODE SIZE PERFTEST-ARGS...
+lat_pt() {
+	local rep=$1 label=$2 mode=$3 size=$4 v try
+	shift 4
+	for try in 1 2 3; do
+		pt ib_send_lat "$@"
+		v=$(awk '/t_typical/ { h = 1; next }
+			h && NF >= 9 && $1 ~ /^[0-9]+$/ {
+				print $5 "," $8 "," $9; exit }' <<< "$PT_OUT")
+		valid "$v" && break
+		note "no result from ib_send_lat $* (try $try)"
+		v=",,"
+	done
+	row "$rep" lat "$label" "$mode" "" "$size" "$v" "" "" "" "" "" "" "" ""
+}
+
+# ib_*_bw: BW average is in MiB/s; msg/s derived from it (the MsgRate
+# column has too few digits for large messages).
+# bw_pt REP GROUP TOOL SIZE PERFTEST-ARGS...
+bw_pt() {
+	local rep=$1 group=$2 tool=$3 size=$4 v try
+	shift 4
+	for try in 1 2 3; do
+		pt "$tool" "$@"
+		v=$(awk -v s="$size" '/MsgRate/ { h = 1; next }
+			h && NF >= 5 && $1 ~ /^[0-9]+$/ {
+				b = $4 * 1048576
+				printf "%.3f,%.3f", b / s, b / 1e6; exit
+			}' <<< "$PT_OUT")
+		valid "$v" && break
+		note "no result from $tool $* (try $try)"
+		v=","
+	done
+	row "$rep" "$group" "$tool" poll "" "$size" "" "" "" "$v" \
+		"" "" "" "" "" ""
+}
+
+# The evrdma-perf server, started once and again if it died; it sleeps
+# between tests.
+srv_up() {
+	local i
+	if [ -n "$SRV_PID" ] && kill -0 "$SRV_PID" 2>/dev/null; then return; fi
+	: > "$OUT/server.txt"
+	$PIN_S "$PERF" -s -a "$ADDR" > "$OUT/server.txt" 2>&1 &
+	SRV_PID=$!
+	for i in $(seq 1 100); do
+		grep -q listening "$OUT/server.txt" && return
+		sleep 0.1
+	done
+	note "evrdma-perf server not listening: $(cat "$OUT/server.txt")"
+}
+
+# evrdma-perf client: ev REP GROUP ARGS...; one raw row per CSV line.  A
+# failed run (its error is in the log) is repeated once.
+ev() {
+	local rep=$1 group=$2 out try
+	shift 2
+	for try in 1 2; do
+		srv_up
+		log "--- evrdma-perf $*"
+		out=$($PIN_C timeout 300 "$PERF" -c "$ADDR" --csv "$@" \
+			2>> "$LOG") &&
+			break
+		note "evrdma-perf $* failed (try $try)"
+		out=
+	done
+	log "$out"
+	[ -n "$out" ] || return
+	awk -F, -v rep="$rep" -v g="$group" 'NR > 1 {
+		printf "%s,%s,evrdma,%s,%s,%s,%s,%s,%s,%s,%s,",
+			rep, g, $2, $3, $4, $9, $10, $11, $12, $13
+		printf "%s,%s,%s,%s,%s,%s\n", $14, $15, $17, $16, $18, $19
+	}' <<< "$out" >> "$RAW"
+}
+
+# cmtime runs each step (create id, resolve address and route, create QP,
+# connect, disconnect, destroy) for all its connections at once; the sum of
+# the step times is the wall time of the whole cycle.  cm_pt REP
+cm_pt() {
+	local out spid i v try
+	for try in 1 2 3; do
+		PORT=$((PORT + 1))
+		$PIN_S timeout 120 cmtime -b "$ADDR" -p $PORT -c $CONNS \
+			>> "$LOG" 2>&1 &
+		spid=$!
+		for i in $(seq 1 40); do
+			sleep 0.5
+			out=$($PIN_C timeout 120 cmtime -s "$ADDR" -p $PORT \
+				-c $CONNS 2>&1) &&
+				break
+		done
+		# the cmtime server does not exit by itself
+		kill "$spid" 2> /dev/null
+		wait "$spid"
+		log "--- cmtime -c $CONNS (port $PORT)"
+		log "$out"
+		v=$(awk -v c=$CONNS '$2 == ":" || $3 == ":" { t += $(NF - 3) }
+			END { if (t > 0) printf "%.3f", c / (t / 1000) }' \
+			<<< "$out")
+		valid "$v" && break
+		note "no result from cmtime (try $try)"
+		v=
+	done
+	row "$1" conn cmtime "" "" 0 "" "" "" "$v" "" "" "" "" "" "" ""
+}
+
+ev_sizes=$(echo $LAT_SIZES | tr ' ' ,)
+for rep in $(seq 1 "$REPS"); do
+	note "pass $rep/$REPS: latency"
+	for s in $LAT_SIZES; do
+		lat_pt "$rep" ib_send_lat poll "$s" -s "$s" -n $LAT_ITERS
+	done
+	ev "$rep" lat -t lat -m poll -S "$ev_sizes" -n $LAT_ITERS
+	ev "$rep" lat -t lat -m adaptive -S "$ev_sizes" -n $LAT_ITERS
+	for s in $LAT_SIZES; do
+		lat_pt "$rep" "ib_send_lat -e" event "$s" -e -s "$s" \
+			-n $LAT_ITERS
+	done
+	ev "$rep" lat -t lat -m event -S "$ev_sizes" -n $LAT_ITERS
+
+	note "pass $rep/$REPS: message rate"
+	bw_pt "$rep" rate ib_send_bw 64 -s 64 -n $RATE_ITERS
+	ev "$rep" rate -t rate -m poll -S 64 -n $RATE_ITERS -w 128
+	ev "$rep" rate -t rate -m adaptive -S 64 -n $RATE_ITERS -w 128
+
+	note "pass $rep/$REPS: bandwidth"
+	for s in $BW_SIZES; do
+		bw_pt "$rep" bw ib_send_bw "$s" -s "$s" -n "${BW_ITERS[$s]}"
+		bw_pt "$rep" bw ib_read_bw "$s" -s "$s" -n "${BW_ITERS[$s]}"
+		ev "$rep" bw -t bw -m poll -S "$s" -n "${BW_ITERS[$s]}"
+		ev "$rep" bw -t bw -m adaptive -S "$s" -n "${BW_ITERS[$s]}"
+	done
+
+	note "pass $rep/$REPS: connection rate"
+	cm_pt "$rep"
+	ev "$rep" conn -t conn -n $CONNS -C $CONNS
+done
+
+for rep in $(seq 1 "$REPS"); do
+	for m in event poll adaptive; do
+		note "pass $rep/$REPS: $m idle, light, sat"
+		ev "$rep" mode -t lat --load idle -D $IDLE_S -m $m
+		ev "$rep" mode -t lat --load light -D $LIGHT_S -m $m
+		ev "$rep" mode -t lat --load sat -D $SAT_S -w 16 -m $m
+	done
+done
+
+if [ -n "$SRV_PID" ]; then
+	kill "$SRV_PID"
+	wait "$SRV_PID"
+	cat "$OUT/server.txt" >> "$LOG"
+fi
+note "done"
