@@ -42,6 +42,16 @@ vm_host_setup() {
 }
 
 # Debian's kernel package, unpacked once into the cache.
+# vm_tmp_args DIR: QEMU arguments that share the host's /tmp read-write
+# when DIR lies under it.  The guest's root is the host's, read-only, with a
+# fresh tmpfs on /tmp -- which would hide a source tree or build directory
+# that lives in the host's /tmp (a clone in a temporary directory).
+vm_tmp_args() {
+	case $1 in
+	/tmp/*) printf '%s\n' -virtfs "local,path=/tmp,mount_tag=hosttmp,security_model=none,multidevs=remap" ;;
+	esac
+}
+
 vm__kpkg() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}' || :; }
 vm_kernel() {
 	local KPKG tmp
@@ -106,7 +116,11 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,cache=mmap work /mnt |
 dir=$(cat "/mnt/.evr-vm/$run/dir") || fail "no run directory $run"
 mount -t proc proc /host/proc; mount -t sysfs sys /host/sys; mount -t devtmpfs dev /host/dev
 mkdir -p /host/dev/pts /host/dev/shm; mount -t devpts devpts /host/dev/pts; mount -t tmpfs shm /host/dev/shm
-mount -t tmpfs tmp /host/tmp; mount -t tmpfs run /host/run
+# /tmp: the host's own when it was shared (the work dir, and so probably the
+# source tree, lives under it), else a fresh tmpfs
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 hosttmp /host/tmp 2>/dev/null ||
+	mount -t tmpfs tmp /host/tmp
+mount -t tmpfs run /host/run
 mkdir -p "/host$dir" 2>/dev/null; mount -o bind /mnt "/host$dir" || fail "cannot bind $dir"
 exec chroot /host /bin/bash "$dir/.evr-vm/$run/guest.sh"
 EOF
