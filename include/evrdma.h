@@ -222,9 +222,11 @@ EVR_EXPORT void evr_ctx_stop(evr_ctx *ctx);
  * races the arm is either handled in that call or makes the fd readable
  * again: the contract holds with level- and edge-triggered epoll alike.
  * Work the library cannot do from the fd -- sends submitted from outside
- * its callbacks, expired timers, POLL mode -- shows in evr_ctx_timeout_ms()
- * returning 0 (or the time to the next deadline): always call it right
- * before sleeping, after all your own calls into the library.
+ * its callbacks, expired timers, POLL mode, rdma_cm events beyond the batch
+ * one call handles (a connection storm must not hold up completions) --
+ * shows in evr_ctx_timeout_ms() returning 0 (or the time to the next
+ * deadline): always call it right before sleeping, after all your own
+ * calls into the library.
  */
 
 /** The ctx's poll fd (-EINVAL for a ctx on a user libev loop).  Owned by

@@ -527,15 +527,30 @@ int evr_reject(evr_conn_req *req, const void *reason, size_t len)
 
 /* ---- the event channel ---- */
 
+/*
+ * Events handled per wakeup.  Under a connection storm the channel may
+ * never run dry: draining it to EAGAIN kept the loop in here for seconds
+ * while completions (another fd of the same loop) waited, and connections
+ * stalled.  The rest waits for the next loop iteration: the ev_io is
+ * level-triggered, and an embedding host is told by evr_ctx_timeout_ms().
+ */
+#define EVR_CM_BATCH 16
+
 void evr__cm_on_channel(struct ev_loop *loop, ev_io *w, int revents)
 {
 	evr_ctx *ctx = evr__container_of(w, evr_ctx, cm_w);
 	struct rdma_cm_event *ev;
 	struct cm_ev e;
+	int n;
 
 	(void)loop;
 	(void)revents;
-	while (rdma_get_cm_event(ctx->cm_ch, &ev) == 0) {
+	ctx->cm_more = true;
+	for (n = 0; n < EVR_CM_BATCH; n++) {
+		if (rdma_get_cm_event(ctx->cm_ch, &ev)) {
+			ctx->cm_more = false;
+			break;
+		}
 		e.type = ev->event;
 		e.status = ev->status;
 		e.id = ev->id;

@@ -7,15 +7,17 @@
  * it is readable exactly when one of them is.  evr_ctx_process() runs one
  * non-blocking iteration of the private loop (prepare: deferred work and
  * flushes; poll with timeout 0; check: POLL-mode polling; then the ready
- * watchers, each of which drains its fd to EAGAIN).  An epoll fd inside
- * another epoll reports a new event whenever one of its fds gets one, so
+ * watchers, each of which drains its fd to EAGAIN -- but the rdma_cm one,
+ * which takes a bounded batch, see cm.c).  An epoll fd inside another
+ * epoll reports a new event whenever one of its fds gets one, so
  * edge-triggered host loops are woken for every new arrival; and because
- * every handler drains to EAGAIN and re-arms with arm-then-poll, nothing
- * that arrived before evr_ctx_process() returned is left without a wakeup.
+ * every handler drains to EAGAIN (or leaves evr_ctx_timeout_ms() at 0) and
+ * re-arms with arm-then-poll, nothing that arrived before
+ * evr_ctx_process() returned is left without a wakeup.
  *
  * What no fd can signal -- deferred work queued by calls the host made
- * outside our callbacks, conn timers, POLL mode -- is reported through
- * evr_ctx_timeout_ms().
+ * outside our callbacks, conn timers, POLL mode, rdma_cm events left over
+ * by a full batch -- is reported through evr_ctx_timeout_ms().
  */
 #include "evrdma-int.h"
 
@@ -68,6 +70,7 @@ int evr_ctx_process(evr_ctx *ctx)
 {
 	if (!ctx || !ctx->own_loop)
 		return -EINVAL;
+	ctx->cm_more = false; /* set again if a full batch leaves some */
 	ev_run(ctx->loop, EVRUN_NOWAIT);
 	/* sends submitted by callbacks of this iteration: post them now */
 	evr__ctx_progress(ctx);
@@ -83,7 +86,7 @@ int evr_ctx_timeout_ms(evr_ctx *ctx)
 	if (!ctx || !ctx->own_loop)
 		return -1;
 	if (ctx->polling || ctx->need_arm || ctx->work || ctx->flush ||
-	    ctx->done.head)
+	    ctx->done.head || ctx->cm_more)
 		return 0;
 	for (pass = 0; pass < 2; pass++) {
 		struct evr__list *head = pass ? &ctx->zombies : &ctx->conns;

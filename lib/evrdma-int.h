@@ -410,6 +410,7 @@ struct evr_ctx {
 	enum evr_mode mode; /* requested */
 	bool polling;	    /* in effect: CQs not armed, loop spinning */
 	bool need_arm;	    /* back to EVENT: arm + re-poll in on_prepare */
+	bool cm_more;	    /* rdma_cm events left for the next iteration */
 	struct evr__adapt adapt;
 	evr_mode_cb mode_cb;
 	void *mode_arg;
