@@ -371,8 +371,18 @@ static void ctx_free(evr_ctx *ctx)
 		rdma_destroy_event_channel(ctx->cm_ch);
 	if (ctx->pd)
 		ibv_dealloc_pd(ctx->pd);
-	if (ctx->devlist)
+	if (ctx->devlist) {
+		/* librdmacm closes a removed device (the kernel's
+		 * unregistration waits for that) only once it has noticed the
+		 * removal -- when it next lists the devices -- and the last
+		 * user let go.  Let it notice now, or the device would stay
+		 * held until this process exits. */
+		struct ibv_context **now = rdma_get_devices(NULL);
+
+		if (now)
+			rdma_free_devices(now);
 		rdma_free_devices(ctx->devlist);
+	}
 	while ((op = ctx->op_free)) {
 		ctx->op_free = op->next;
 		free(op);
