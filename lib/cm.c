@@ -132,6 +132,9 @@ int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 			 evr_strerror(err));
 		goto err_free;
 	}
+	/* libev times relative to the loop's cached clock, which is as old
+	 * as the last iteration: the caller may have done slow work since */
+	ev_now_update(ctx->loop);
 	ev_timer_set(&c->timer, tmo / 1000.0, 0.);
 	ev_timer_start(ctx->loop, &c->timer);
 	if (out)

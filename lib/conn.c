@@ -93,6 +93,7 @@ void evr__conn_set_peer(evr_conn *c, const struct evr__hs *hs)
 
 static void timer_start(evr_conn *c, unsigned ms)
 {
+	ev_now_update(c->ctx->loop); /* evr_conn_close() may come late */
 	ev_timer_stop(c->ctx->loop, &c->timer);
 	ev_timer_set(&c->timer, ms / 1000.0, 0.);
 	ev_timer_start(c->ctx->loop, &c->timer);
