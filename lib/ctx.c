@@ -347,6 +347,36 @@ out:
 	return err;
 }
 
+/*
+ * Give the device list back to librdmacm.  It closes a removed device (the
+ * kernel's unregistration waits for that) once it has noticed the removal
+ * -- only when it next lists the devices -- and the last user let go: let
+ * it look right after, or the device would stay held until this process
+ * exits.  Our device goes last in the list: librdmacm's
+ * rdma_free_devices() still reads a device it has just closed while it
+ * compares it with the entries that follow.
+ */
+static void release_devices(evr_ctx *ctx)
+{
+	struct ibv_context **now, **l = ctx->devlist;
+	int n, i;
+
+	for (n = 0; l[n]; n++)
+		;
+	for (i = 0; i < n - 1; i++) {
+		if (l[i] == ctx->verbs) {
+			l[i] = l[n - 1];
+			l[n - 1] = ctx->verbs;
+			break;
+		}
+	}
+	rdma_free_devices(l);
+	ctx->devlist = NULL;
+	now = rdma_get_devices(NULL);
+	if (now)
+		rdma_free_devices(now);
+}
+
 static void ctx_free(evr_ctx *ctx)
 {
 	struct evr__op *op;
@@ -371,18 +401,8 @@ static void ctx_free(evr_ctx *ctx)
 		rdma_destroy_event_channel(ctx->cm_ch);
 	if (ctx->pd)
 		ibv_dealloc_pd(ctx->pd);
-	if (ctx->devlist) {
-		/* librdmacm closes a removed device (the kernel's
-		 * unregistration waits for that) only once it has noticed the
-		 * removal -- when it next lists the devices -- and the last
-		 * user let go.  Let it notice now, or the device would stay
-		 * held until this process exits. */
-		struct ibv_context **now = rdma_get_devices(NULL);
-
-		if (now)
-			rdma_free_devices(now);
-		rdma_free_devices(ctx->devlist);
-	}
+	if (ctx->devlist)
+		release_devices(ctx);
 	while ((op = ctx->op_free)) {
 		ctx->op_free = op->next;
 		free(op);
