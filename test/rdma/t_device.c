@@ -742,6 +742,8 @@ static void test_netdev_down(void **state)
 
 	t->t_fault = rt_now();
 	assert_int_equal(sh("ip link set " NETDEV " down"), 0);
+	printf("    (it took %.2f s; times below are from its start)\n",
+	       rt_now() - t->t_fault);
 	check_failed(t);
 
 	restore_system();
