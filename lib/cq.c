@@ -267,7 +267,11 @@ void evr__cq_on_channel(struct ev_loop *loop, ev_io *w, int revents)
 
 	(void)loop;
 	(void)revents;
-	while (evr__get_cq_event(ctx->ch, &ibcq, &cqctx) == 0) {
+	/* One event per call: the watcher is level-triggered, so another CQ's
+	 * event brings us back on the next iteration, and reading on until
+	 * EAGAIN would cost a system call on every wakeup for nothing (the
+	 * poll below covers every CQ anyway). */
+	if (evr__get_cq_event(ctx->ch, &ibcq, &cqctx) == 0) {
 		struct evr__cq *c = cqctx;
 
 		c->armed = false;
@@ -279,7 +283,7 @@ void evr__cq_on_channel(struct ev_loop *loop, ev_io *w, int revents)
 	}
 	n = evr__cq_poll_all(ctx, ~0u);
 	up = ctx->mode == EVR_MODE_ADAPTIVE &&
-	     evr__adapt_wakeup(&ctx->adapt, evr__now_ns(), n);
+	     evr__adapt_wakeup(&ctx->adapt, evr__loop_ns(ctx), n);
 	if (ctx->polling || up) {
 		/* stay unarmed: the check watcher polls from now on */
 		if (up) {
