@@ -48,7 +48,7 @@ bool evr__adapt_wakeup(struct evr__adapt *a, uint64_t now_ns, unsigned ncqe)
 		return false;
 	if (ncqe > 0)
 		a->last_busy_ns = now_ns;
-	if (now_ns - a->win_start_ns >= win_ns) {
+	if (now_ns < a->win_start_ns || now_ns - a->win_start_ns >= win_ns) {
 		a->win_start_ns = now_ns;
 		a->win_wakeups = 0;
 	}
@@ -75,8 +75,9 @@ bool evr__adapt_poll(struct evr__adapt *a, uint64_t now_ns, unsigned ncqe)
 		a->last_busy_ns = now_ns;
 		return false;
 	}
-	if (now_ns - a->last_busy_ns < (uint64_t)a->cfg.quiet_us * 1000)
-		return false;
+	if (now_ns < a->last_busy_ns ||
+	    now_ns - a->last_busy_ns < (uint64_t)a->cfg.quiet_us * 1000)
+		return false; /* not quiet long enough (or the clock stepped) */
 	a->polling = false;
 	a->win_start_ns = now_ns;
 	a->win_wakeups = 0;

@@ -167,15 +167,20 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 static void on_check(struct ev_loop *loop, ev_check *w, int revents)
 {
 	evr_ctx *ctx = evr__container_of(w, evr_ctx, check_w);
-	unsigned n;
+	unsigned i, n;
 
 	(void)loop;
 	(void)revents;
 	if (!ctx->polling)
 		return;
+	/* A loop iteration costs a syscall (epoll_wait with timeout 0) and
+	 * clock reads; poll a while before paying it again, but return to the
+	 * loop as soon as there is work, so nothing else waits long. */
 	n = evr__cq_poll_all(ctx, 256);
+	for (i = 0; n == 0 && i < ctx->poll_spin; i++)
+		n = evr__cq_poll_all(ctx, 256);
 	if (ctx->mode == EVR_MODE_ADAPTIVE &&
-	    evr__adapt_poll(&ctx->adapt, evr__now_ns(), n)) {
+	    evr__adapt_poll(&ctx->adapt, evr__loop_ns(ctx), n)) {
 		ctx->st.mode_switches++;
 		set_polling(ctx, false);
 		ctx->need_arm = false;
@@ -560,7 +565,8 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	acfg.quiet_us = evr__env_uint("EVR_ADAPT_QUIET_US",
 				      opts->adapt_quiet_us);
 	acfg.window_us = 10000;
-	evr__adapt_init(&ctx->adapt, &acfg, evr__now_ns());
+	evr__adapt_init(&ctx->adapt, &acfg, evr__loop_ns(ctx));
+	ctx->poll_spin = evr__env_uint("EVR_POLL_SPIN", EVR_POLL_SPIN);
 
 	ev_io_init(&ctx->cm_w, evr__cm_on_channel, ctx->cm_ch->fd, EV_READ);
 	ev_prepare_init(&ctx->prep_w, on_prepare);
@@ -634,7 +640,7 @@ int evr_ctx_set_mode(evr_ctx *ctx, enum evr_mode mode)
 	       (mode == EVR_MODE_ADAPTIVE && ctx->polling);
 	if (poll != ctx->polling)
 		ctx->st.mode_switches++;
-	evr__adapt_force(&ctx->adapt, poll, evr__now_ns());
+	evr__adapt_force(&ctx->adapt, poll, evr__loop_ns(ctx));
 	set_polling(ctx, poll);
 	return 0;
 }

@@ -412,6 +412,7 @@ struct evr_ctx {
 	bool need_arm;	    /* back to EVENT: arm + re-poll in on_prepare */
 	bool cm_more;	    /* rdma_cm events left for the next iteration */
 	struct evr__adapt adapt;
+	unsigned poll_spin; /* POLL: empty passes per loop iteration */
 	evr_mode_cb mode_cb;
 	void *mode_arg;
 	struct evr__pool pool;
@@ -434,6 +435,14 @@ void evr__log(const evr_ctx *ctx, enum evr_log_level lvl, const char *fmt,
 #define EVR_INFO(ctx, ...) evr__log((ctx), EVR_LOG_INFO, __VA_ARGS__)
 #define EVR_DBG(ctx, ...) evr__log((ctx), EVR_LOG_DEBUG, __VA_ARGS__)
 uint64_t evr__now_ns(void);
+/* The loop's time (ev_now) in ns: what the adaptive mode measures with, so
+ * the data path reads no clock of its own. */
+static inline uint64_t evr__loop_ns(evr_ctx *ctx)
+{
+	return (uint64_t)(ev_now(ctx->loop) * 1e9);
+}
+/* Empty CQ poll passes per loop iteration in POLL mode (EVR_POLL_SPIN). */
+#define EVR_POLL_SPIN 64
 int evr__set_nonblock(int fd);
 unsigned evr__env_uint(const char *name, unsigned dflt);
 
