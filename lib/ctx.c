@@ -606,7 +606,7 @@ void evr_ctx_destroy(evr_ctx *ctx)
 		evr_msg *m = evr__container_of(pos, evr_msg, link);
 
 		evr__list_del(&m->link);
-		free(m->mem);
+		evr__rbuf_put(&ctx->pool, m->rb);
 		free(m);
 	}
 	evr__list_for_each_safe(pos, tmp, &ctx->mrs)

@@ -204,6 +204,22 @@ struct evr__buf {
 	uint8_t opcode;
 };
 
+/* A registered buffer that a rendezvous message is read into.  Freed ones
+ * are kept per power-of-two size class (EVR_RBUF_MIN_SHIFT ..
+ * EVR_RBUF_MAX_SHIFT), EVR_RBUF_CACHE_BYTES in all, so a stream of large
+ * messages neither allocates nor registers per message. */
+#define EVR_RBUF_MIN_SHIFT 14
+#define EVR_RBUF_MAX_SHIFT 24
+#define EVR_RBUF_CLASSES (EVR_RBUF_MAX_SHIFT - EVR_RBUF_MIN_SHIFT + 1)
+#define EVR_RBUF_CACHE_BYTES ((size_t)32 << 20)
+struct evr__rbuf {
+	struct evr__rbuf *next;
+	struct ibv_mr *mr;
+	uint8_t *mem;
+	size_t cap;
+	int cls; /* size class, -1: not cached */
+};
+
 struct evr__pool {
 	struct ibv_pd *pd;
 	uint32_t buf_size;
@@ -211,6 +227,8 @@ struct evr__pool {
 	struct evr__buf *free;
 	struct evr__list chunks;
 	unsigned total, nfree;
+	struct evr__rbuf *rfree[EVR_RBUF_CLASSES];
+	size_t rfree_bytes;
 };
 
 int evr__pool_init(struct evr__pool *p, struct ibv_pd *pd, uint32_t buf_size,
@@ -218,6 +236,8 @@ int evr__pool_init(struct evr__pool *p, struct ibv_pd *pd, uint32_t buf_size,
 void evr__pool_fini(struct evr__pool *p);
 struct evr__buf *evr__pool_get(struct evr__pool *p);
 void evr__pool_put(struct evr__pool *p, struct evr__buf *b);
+struct evr__rbuf *evr__rbuf_get(struct evr__pool *p, size_t len);
+void evr__rbuf_put(struct evr__pool *p, struct evr__rbuf *rb);
 
 /* ---- memory registration (mr.c) ---- */
 struct evr_mr {
@@ -289,8 +309,7 @@ struct evr__rx {
 	uint8_t *data;
 	size_t len;
 	/* rendezvous */
-	uint8_t *mem;
-	struct ibv_mr *mr;
+	struct evr__rbuf *rb;
 	uint64_t raddr;
 	uint32_t rkey;
 	uint32_t id;
@@ -303,7 +322,7 @@ struct evr_msg {
 	evr_ctx *ctx;
 	evr_conn *conn;	       /* NULL once the conn is gone */
 	struct evr__buf *buf;  /* eager: the receive buffer */
-	uint8_t *mem;	       /* rendezvous: malloc'ed copy */
+	struct evr__rbuf *rb;  /* rendezvous: the buffer read into */
 	const void *data;
 	size_t len;
 };

@@ -263,10 +263,6 @@ static void rread_done(evr_conn *c, struct evr__op *op, int status)
 	if (--rx->reads > 0)
 		return;
 	c->rndv_active--;
-	if (rx->mr) {
-		ibv_dereg_mr(rx->mr);
-		rx->mr = NULL;
-	}
 	if (rx->status) {
 		/* The responder refusing the read is the peer's doing (a bad
 		 * address, length or key); a flush or a transport timeout is
@@ -284,7 +280,7 @@ static void rread_done(evr_conn *c, struct evr__op *op, int status)
 		return; /* freed with the rx queue at teardown */
 	}
 	rx->ready = true;
-	EVR__VG_DEFINED(rx->mem, rx->len); /* the device read it in */
+	EVR__VG_DEFINED(rx->rb->mem, rx->len); /* the device read it in */
 	c->ctx->st.rndv_recv++;
 	/* tell the sender it may reuse its buffer */
 	{
@@ -386,7 +382,7 @@ static void repost(evr_conn *c, struct evr__buf *b)
 	evr__conn_dirty(c);
 }
 
-static void deliver(evr_conn *c, struct evr__buf *b, uint8_t *mem,
+static void deliver(evr_conn *c, struct evr__buf *b, struct evr__rbuf *rb,
 		    const void *data, size_t len)
 {
 	evr_msg m;
@@ -396,14 +392,14 @@ static void deliver(evr_conn *c, struct evr__buf *b, uint8_t *mem,
 	if (c->abort || !c->o.on_recv) {
 		if (b)
 			repost(c, b);
-		free(mem);
+		evr__rbuf_put(&c->ctx->pool, rb);
 		return;
 	}
 	memset(&m, 0, sizeof(m));
 	m.ctx = c->ctx;
 	m.conn = c;
 	m.buf = b;
-	m.mem = mem;
+	m.rb = rb;
 	m.data = data;
 	m.len = len;
 	c->cur_msg = &m;
@@ -421,7 +417,7 @@ static void deliver(evr_conn *c, struct evr__buf *b, uint8_t *mem,
 	}
 	if (b)
 		repost(c, b);
-	free(mem);
+	evr__rbuf_put(&c->ctx->pool, rb);
 }
 
 static void deliver_ready(evr_conn *c)
@@ -433,7 +429,7 @@ static void deliver_ready(evr_conn *c)
 		if (!c->rx_head)
 			c->rx_tail = NULL;
 		if (rx->rndv)
-			deliver(c, NULL, rx->mem, rx->mem, rx->len);
+			deliver(c, NULL, rx->rb, rx->rb->mem, rx->len);
 		else
 			deliver(c, rx->buf, NULL, rx->data, rx->len);
 		free(rx);
@@ -468,10 +464,7 @@ static void rx_start_reads(evr_conn *c)
 		if (!rx->rndv || rx->started)
 			continue;
 		rx->started = true;
-		if (posix_memalign((void **)&rx->mem, EVR__CACHELINE,
-				   rx->len ? rx->len : 1) ||
-		    !(rx->mr = ibv_reg_mr(ctx->pd, rx->mem, rx->len,
-					  IBV_ACCESS_LOCAL_WRITE))) {
+		if (!(rx->rb = evr__rbuf_get(&ctx->pool, rx->len))) {
 			EVR_ERR(ctx, "cannot allocate %zu bytes for a "
 				     "rendezvous message",
 				rx->len);
@@ -490,9 +483,9 @@ static void rx_start_reads(evr_conn *c)
 			op->conn = c;
 			op->kind = EVR_OP_RREAD;
 			op->rx = rx;
-			op->sge.addr = (uintptr_t)rx->mem + off;
+			op->sge.addr = (uintptr_t)rx->rb->mem + off;
 			op->sge.length = (uint32_t)n;
-			op->sge.lkey = rx->mr->lkey;
+			op->sge.lkey = rx->rb->mr->lkey;
 			op->wr.num_sge = 1;
 			op->wr.opcode = IBV_WR_RDMA_READ;
 			op->wr.wr.rdma.remote_addr = rx->raddr + off;
@@ -515,9 +508,7 @@ void evr__rx_free_all(evr_conn *c, int status)
 		c->rx_head = rx->next;
 		if (!c->rx_head)
 			c->rx_tail = NULL;
-		if (rx->mr)
-			ibv_dereg_mr(rx->mr);
-		free(rx->mem);
+		evr__rbuf_put(&c->ctx->pool, rx->rb);
 		if (rx->buf)
 			evr__pool_put(&c->ctx->pool, rx->buf);
 		free(rx);
@@ -708,7 +699,7 @@ void evr_msg_release(evr_msg *m)
 		else
 			evr__pool_put(&m->ctx->pool, m->buf);
 	}
-	free(m->mem);
+	evr__rbuf_put(&m->ctx->pool, m->rb);
 	free(m);
 }
 

@@ -91,9 +91,82 @@ void evr__pool_put(struct evr__pool *p, struct evr__buf *b)
 	p->nfree++;
 }
 
+static int rbuf_class(size_t len)
+{
+	int shift = EVR_RBUF_MIN_SHIFT;
+
+	while (shift <= EVR_RBUF_MAX_SHIFT && ((size_t)1 << shift) < len)
+		shift++;
+	return shift <= EVR_RBUF_MAX_SHIFT ? shift - EVR_RBUF_MIN_SHIFT : -1;
+}
+
+static void rbuf_free(struct evr__rbuf *rb)
+{
+	ibv_dereg_mr(rb->mr);
+	free(rb->mem);
+	free(rb);
+}
+
+/* A registered buffer of at least len bytes (a cached one if there is one
+ * of len's size class), or NULL. */
+struct evr__rbuf *evr__rbuf_get(struct evr__pool *p, size_t len)
+{
+	int cls = rbuf_class(len);
+	struct evr__rbuf *rb;
+
+	if (cls >= 0 && (rb = p->rfree[cls])) {
+		p->rfree[cls] = rb->next;
+		p->rfree_bytes -= rb->cap;
+		rb->next = NULL;
+		return rb;
+	}
+	rb = calloc(1, sizeof(*rb));
+	if (!rb)
+		return NULL;
+	rb->cls = cls;
+	rb->cap = cls >= 0 ? (size_t)1 << (cls + EVR_RBUF_MIN_SHIFT)
+			   : (len ? len : 1);
+	if (posix_memalign((void **)&rb->mem, 4096, rb->cap))
+		goto err_free;
+	rb->mr = ibv_reg_mr(p->pd, rb->mem, rb->cap, IBV_ACCESS_LOCAL_WRITE);
+	if (!rb->mr)
+		goto err_free_mem;
+	return rb;
+
+err_free_mem:
+	free(rb->mem);
+err_free:
+	free(rb);
+	return NULL;
+}
+
+/* Back to the cache while it has room, else deregistered and freed. */
+void evr__rbuf_put(struct evr__pool *p, struct evr__rbuf *rb)
+{
+	if (!rb)
+		return;
+	if (rb->cls < 0 || p->rfree_bytes + rb->cap > EVR_RBUF_CACHE_BYTES) {
+		rbuf_free(rb);
+		return;
+	}
+	rb->next = p->rfree[rb->cls];
+	p->rfree[rb->cls] = rb;
+	p->rfree_bytes += rb->cap;
+}
+
 void evr__pool_fini(struct evr__pool *p)
 {
 	struct evr__list *pos, *tmp;
+	struct evr__rbuf *rb;
+	int i;
+
+	for (i = 0; i < EVR_RBUF_CLASSES; i++) {
+		while ((rb = p->rfree[i])) {
+			p->rfree[i] = rb->next;
+			rbuf_free(rb);
+		}
+	}
+	p->rfree_bytes = 0;
 
 	evr__list_for_each_safe(pos, tmp, &p->chunks)
 	{
