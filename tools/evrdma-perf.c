@@ -28,11 +28,10 @@
  * connection, run, drain, final report, done, close.  The clock starts when
  * every connection is ready and stops when the last one has finished its
  * data (last echo, or the final report of a one-way test).  Latencies are
- * half the round trip, as perftest's ib_send_lat reports them, timed with
- * the loop's clock (ev_now: read once per loop iteration, when the loop
- * wakes up), so that from send to send a ping-pong measures the whole
- * cycle, as perftest's post-to-post timestamps do, and adds no clock reads
- * of its own: under emulation a clock read is a system call.  CPU time per
+ * half the round trip, as perftest's ib_send_lat reports them, from a
+ * CLOCK_MONOTONIC read just before the send to one when the echo is handed
+ * to on_recv (the loop's ev_now would be stale: in POLL mode one loop
+ * iteration polls many times).  CPU time per
  * message is the client's getrusage time over the measured interval over
  * its messages (round trips in echo tests, connections in the conn test).
  *
@@ -142,6 +141,11 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static ev_tstamp mono_s(void)
+{
+	return (ev_tstamp)now_ns() * 1e-9;
 }
 
 /* This process's user + system CPU time in microseconds. */
@@ -273,6 +277,7 @@ struct sconn {
 	struct server *srv;
 	enum kind kind;
 	uint64_t msgs, bytes;
+	size_t eager; /* the peer's eager size */
 };
 
 static void srv_conn_gone(struct server *srv)
@@ -345,7 +350,12 @@ static void srv_on_recv(evr_conn *conn, const void *data, size_t len,
 	sc->bytes += len;
 	if (sc->kind != K_ECHO)
 		return;
-	/* Zero-copy echo: the received buffer is sent back as it is. */
+	/* An eager echo is copied by evr_send anyway; a large one is sent back
+	 * from the received buffer itself, held until the send is done. */
+	if (len <= sc->eager) {
+		rc = evr_send(conn, data, len, NULL, NULL);
+		goto out;
+	}
 	msg = evr_conn_hold(conn);
 	if (!msg) {
 		rc = -ENOMEM;
@@ -368,7 +378,6 @@ static void srv_on_connect(evr_conn *conn, int status, void *arg)
 	struct sconn *sc = arg;
 	struct server *srv = sc->srv;
 
-	(void)conn;
 	if (status < 0) {
 		fprintf(stderr, "evrdma-perf: accept failed: %s\n",
 			evr_strerror(status));
@@ -378,6 +387,12 @@ static void srv_on_connect(evr_conn *conn, int status, void *arg)
 		return;
 	}
 	srv->conns++;
+	{
+		struct evr_conn_info ci;
+
+		sc->eager = evr_conn_info(conn, &ci) == 0 ? ci.peer_eager_size
+							  : 0;
+	}
 }
 
 static void srv_on_close(evr_conn *conn, int status, void *arg)
@@ -707,7 +722,7 @@ static void pump_echo(struct pconn *pc)
 
 	while (pc->ph == PH_RUN && !p->stop && (!p->n || pc->sent < p->n) &&
 	       pc->sent - pc->echoed < p->window) {
-		pc->t_sent[pc->sent % p->window] = ev_now(p->loop);
+		pc->t_sent[pc->sent % p->window] = mono_s();
 		if (send_msg(pc, p->size) < 0)
 			return;
 		pc->sent++;
@@ -805,7 +820,7 @@ static void on_recv(evr_conn *conn, const void *data, size_t len, void *arg)
 {
 	struct pconn *pc = arg;
 	struct perf *p = pc->p;
-	ev_tstamp t = ev_now(p->loop);
+	ev_tstamp t = mono_s();
 
 	(void)conn;
 	p->events++;
@@ -1045,7 +1060,7 @@ static void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 
 		if (pc->ph != PH_RUN || pc->sent != pc->echoed)
 			continue;
-		pc->t_sent[pc->sent % p->window] = ev_now(p->loop);
+		pc->t_sent[pc->sent % p->window] = mono_s();
 		if (send_msg(pc, p->size) < 0)
 			return;
 		pc->sent++;
