@@ -6,7 +6,10 @@
  * picked up without the interrupt and syscalls), or the wakeup rate over a
  * window of window_us reached up_rate per second.
  *
- * POLL -> EVENT after quiet_us without a single completion.  The two
+ * POLL -> EVENT after quiet_us without a single completion, during which
+ * at least quiet_polls polls found nothing: when the process itself was
+ * not running (preempted by another, a stopped guest CPU) the time passed
+ * but nothing was watched, and the peer is not known to be quiet.  The two
  * thresholds form a hysteresis band: at a load of r wakeups per second the
  * machine goes up only when r >= up_rate and comes down only when the gaps
  * exceed quiet_us, i.e. r < 1e6 / quiet_us, so with the defaults
@@ -28,6 +31,7 @@ void evr__adapt_init(struct evr__adapt *a, const struct evr__adapt_cfg *cfg,
 	a->win_start_ns = now_ns;
 	a->win_wakeups = 0;
 	a->last_busy_ns = now_ns;
+	a->empty_polls = 0;
 	a->switches = 0;
 }
 
@@ -37,6 +41,7 @@ void evr__adapt_force(struct evr__adapt *a, bool polling, uint64_t now_ns)
 	a->win_start_ns = now_ns;
 	a->win_wakeups = 0;
 	a->last_busy_ns = now_ns;
+	a->empty_polls = 0;
 }
 
 bool evr__adapt_wakeup(struct evr__adapt *a, uint64_t now_ns, unsigned ncqe)
@@ -61,6 +66,7 @@ bool evr__adapt_wakeup(struct evr__adapt *a, uint64_t now_ns, unsigned ncqe)
 	    (a->cfg.up_rate && a->win_wakeups >= need)) {
 		a->polling = true;
 		a->last_busy_ns = now_ns;
+		a->empty_polls = 0;
 		a->switches++;
 		return true;
 	}
@@ -73,8 +79,13 @@ bool evr__adapt_poll(struct evr__adapt *a, uint64_t now_ns, unsigned ncqe)
 		return false;
 	if (ncqe > 0) {
 		a->last_busy_ns = now_ns;
+		a->empty_polls = 0;
 		return false;
 	}
+	if (a->empty_polls < UINT32_MAX)
+		a->empty_polls++;
+	if (a->empty_polls < a->cfg.quiet_polls)
+		return false;
 	if (now_ns < a->last_busy_ns ||
 	    now_ns - a->last_busy_ns < (uint64_t)a->cfg.quiet_us * 1000)
 		return false; /* not quiet long enough (or the clock stepped) */

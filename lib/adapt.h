@@ -14,6 +14,7 @@ struct evr__adapt_cfg {
 	uint32_t up_batch; /* completions in one wakeup that switch */
 	uint32_t quiet_us; /* no completion for this long: POLL -> EVENT */
 	uint32_t window_us; /* window over which up_rate is measured */
+	uint32_t quiet_polls; /* ... and at least this many empty polls */
 };
 
 struct evr__adapt {
@@ -22,6 +23,7 @@ struct evr__adapt {
 	uint64_t win_start_ns;	/* start of the current rate window */
 	uint32_t win_wakeups;	/* wakeups counted in it */
 	uint64_t last_busy_ns;	/* last time a completion was seen */
+	uint32_t empty_polls;	/* POLL: empty polls since then */
 	uint64_t switches;
 };
 

@@ -565,6 +565,8 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	acfg.quiet_us = evr__env_uint("EVR_ADAPT_QUIET_US",
 				      opts->adapt_quiet_us);
 	acfg.window_us = 10000;
+	acfg.quiet_polls = evr__env_uint("EVR_ADAPT_QUIET_POLLS",
+					 EVR_ADAPT_QUIET_POLLS);
 	evr__adapt_init(&ctx->adapt, &acfg, evr__loop_ns(ctx));
 	ctx->poll_spin = evr__env_uint("EVR_POLL_SPIN", EVR_POLL_SPIN);
 

@@ -7,7 +7,8 @@
  * loop polls every POLL_STEP_NS and finds the arrivals since the last
  * pass.  Loads are given as arrival times.  The cases: light load stays in
  * EVENT; a burst or a sustained rate switches up; POLL holds while gaps
- * stay under quiet_us and drops exactly at quiet_us; a load inside the
+ * stay under quiet_us and drops exactly at quiet_us, and only after enough
+ * empty polls (a pause of our own is not a quiet peer); a load inside the
  * hysteresis band never flaps; the switch counter and evr__adapt_force.
  */
 #include "config.h"
@@ -243,6 +244,44 @@ static void test_quiet_switches_down_exactly(void **state)
 	}
 }
 
+/* The process was not running (preempted) for longer than quiet_us: the
+ * time has passed, but the polls that would show the peer quiet have not
+ * happened.  POLL holds until quiet_polls empty polls, the first of which
+ * may come long after quiet_us; a completion found in between starts over. */
+static void test_quiet_needs_empty_polls(void **state)
+{
+	struct evr__adapt_cfg cfg = dflt;
+	struct evr__adapt a;
+	uint64_t t = T0 + 2 * MS, q = dflt.quiet_us * US;
+	unsigned i;
+
+	(void)state;
+	cfg.quiet_polls = 16;
+	evr__adapt_init(&a, &cfg, T0);
+	assert_true(evr__adapt_wakeup(&a, t, cfg.up_batch));
+	/* a 4 ms pause of our own, then empty polls 1 us apart */
+	t += 4 * q;
+	for (i = 1; i < cfg.quiet_polls; i++, t += US)
+		assert_false(evr__adapt_poll(&a, t, 0));
+	/* the peer's message shows up before the 16th: stay, start over */
+	assert_false(evr__adapt_poll(&a, t, 1));
+	t += 4 * q;
+	for (i = 1; i < cfg.quiet_polls; i++, t += US)
+		assert_false(evr__adapt_poll(&a, t, 0));
+	assert_true(a.polling);
+	assert_int_equal(a.switches, 1);
+	/* the 16th empty poll, well past quiet_us: now EVENT */
+	assert_true(evr__adapt_poll(&a, t, 0));
+	assert_false(a.polling);
+	assert_int_equal(a.switches, 2);
+
+	/* and enough empty polls alone do not switch before quiet_us */
+	evr__adapt_force(&a, true, t);
+	for (i = 0; i < 10 * cfg.quiet_polls; i++)
+		assert_false(evr__adapt_poll(&a, t + i, 0));
+	assert_true(evr__adapt_poll(&a, t + q, 0));
+}
+
 /* The quiet time counts from the switch up, not from an earlier
  * completion: a burst after a long silence must not drop straight back. */
 static void test_quiet_counts_from_switch(void **state)
@@ -427,6 +466,7 @@ int main(void)
 	    cmocka_unit_test(test_sustained_rate_switches_up),
 	    cmocka_unit_test(test_poll_holds_while_busy),
 	    cmocka_unit_test(test_quiet_switches_down_exactly),
+	    cmocka_unit_test(test_quiet_needs_empty_polls),
 	    cmocka_unit_test(test_quiet_counts_from_switch),
 	    cmocka_unit_test(test_quiet_counts_from_rate_switch),
 	    cmocka_unit_test(test_window_restarts_after_down),

@@ -416,7 +416,7 @@ static void test_arm_by_mode(void **state)
  * POLL; the CQ stays unarmed and the mode callback fires once. */
 static void test_adaptive_switch_up(void **state)
 {
-	static const struct evr__adapt_cfg cfg = {2000, 16, 1000, 10000};
+	static const struct evr__adapt_cfg cfg = {2000, 16, 1000, 10000, 0};
 	struct fix *f = *state;
 	struct ibv_wc wc;
 	unsigned first, i;
