@@ -294,6 +294,12 @@ void evr__cq_on_channel(struct ev_loop *loop, ev_io *w, int revents)
 				ctx->mode_cb(ctx, EVR_MODE_POLL, ctx->mode_arg);
 		}
 	} else {
+		/* Post what the callbacks submitted before arming: the reply
+		 * leaves one system call sooner, and completions of what was
+		 * just posted that are already in by the time of the arm (a
+		 * send's, on a fast or a software device) are taken by the poll
+		 * after it without raising one more event and wakeup. */
+		evr__ctx_progress(ctx);
 		evr__cq_arm_all(ctx);
 	}
 	evr__ctx_progress(ctx);

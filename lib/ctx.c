@@ -157,11 +157,13 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 
 	(void)loop;
 	(void)revents;
+	evr__ctx_progress(ctx);
 	if (ctx->need_arm && !ctx->polling) {
+		/* after posting, as in evr__cq_on_channel */
 		ctx->need_arm = false;
 		evr__cq_arm_all(ctx);
+		evr__ctx_progress(ctx);
 	}
-	evr__ctx_progress(ctx);
 }
 
 static void on_check(struct ev_loop *loop, ev_check *w, int revents)
