@@ -226,7 +226,10 @@ for rep in $(seq 1 "$REPS"); do
 
 	note "pass $rep/$REPS: connection rate"
 	cm_pt "$rep"
-	ev "$rep" conn -t conn -n $CONNS -C $CONNS
+	# 10 waves: the first one also grows the client's registered buffer
+	# pool (64 receive buffers per connection), which a long-running
+	# process does once; cmtime posts no buffers at all.
+	ev "$rep" conn -t conn -n $((CONNS * 10)) -C $CONNS
 done
 
 for rep in $(seq 1 "$REPS"); do
