@@ -259,8 +259,10 @@ typedef void (*evr_imm_cb)(evr_conn *conn, uint32_t imm, void *arg);
 
 /** The last callback of an established conn: fired exactly once, after
  *  every pending operation's callback, when the conn ends -- status 0 after
- *  a graceful evr_conn_close(), -ECANCELED after an abort, -ECONNRESET when
- *  the peer disconnected, or the error that killed it (-EPROTO, -EIO,
+ *  a graceful evr_conn_close(), -ECANCELED after an abort, -ESHUTDOWN when
+ *  the peer closed gracefully (everything it sent was delivered first),
+ *  -ECONNRESET when the peer went away without closing (it aborted, died
+ *  or was destroyed), or the error that killed it (-EPROTO, -EIO,
  *  -ETIMEDOUT, ...).  The handle is freed when it returns. */
 typedef void (*evr_close_cb)(evr_conn *conn, int status, void *arg);
 

@@ -290,7 +290,8 @@ static void conn_event(evr_conn *c, const struct cm_ev *e)
 		 * be delivered before the conn fails and drops them -- the cm
 		 * fd and the completion fd may be handled in either order. */
 		evr__cq_poll_all(ctx, ~0u);
-		evr__conn_fail(c, -ECONNRESET);
+		/* a BYE came first if the peer closed gracefully */
+		evr__conn_fail(c, c->peer_bye ? -ESHUTDOWN : -ECONNRESET);
 		break;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 		EVR_ERR(ctx, "RDMA device removed");

@@ -418,6 +418,27 @@ static bool sq_busy(const evr_conn *c)
 	return c->sq.batch.n > 0;
 }
 
+/* Queue our BYE; true when queued.  It goes when a credit allows (a
+ * control message may take the last one), like everything else the close
+ * waits for, within close_timeout_ms. */
+static bool queue_bye(evr_conn *c)
+{
+	struct evr__op *op;
+
+	if (c->qp_err || !c->qp)
+		return false;
+	op = evr__op_alloc(c->ctx);
+	if (!op)
+		return false;
+	op->conn = c;
+	op->kind = EVR_OP_CTRL;
+	op->ctrl_type = EVR_T_BYE;
+	op->credit = op->ctrl = true;
+	evr__opq_push(&c->ctrlq, op);
+	evr__conn_dirty(c);
+	return true;
+}
+
 /* One step of a conn's state machine, run from evr__ctx_progress(). */
 void evr__conn_step(evr_conn *c)
 {
@@ -432,6 +453,14 @@ void evr__conn_step(evr_conn *c)
 		 * behind them is dropped at teardown). */
 		if (c->sendq.n || c->ctrlq.n || sq_busy(c) || c->wait_head)
 			return; /* still draining; the flush kicks us again */
+		if (!c->bye_done) {
+			/* Say goodbye: the peer then knows that all we sent
+			 * has arrived, and reports -ESHUTDOWN rather than the
+			 * -ECONNRESET of a peer that vanished. */
+			c->bye_done = true;
+			if (queue_bye(c))
+				return; /* sending it; its completion kicks us */
+		}
 		if (!c->disconnected) {
 			c->disconnected = true;
 			if (rdma_disconnect(c->id))

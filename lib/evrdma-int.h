@@ -377,6 +377,8 @@ struct evr_conn {
 	unsigned rndv_active;		   /* rendezvous reads running */
 	bool zombie;	     /* user told; QP kept until its WRs flush */
 	bool disconnected;   /* rdma_disconnect issued */
+	bool bye_done;	     /* closing: our BYE sent (or no credit for it) */
+	bool peer_bye;	     /* the peer's BYE arrived: it closes gracefully */
 	bool state_was_accepting; /* failed after rdma_accept() */
 	uint8_t udata[EVR_MAX_USER_DATA]; /* connect request user bytes */
 	size_t ulen;

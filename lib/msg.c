@@ -561,6 +561,11 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		evr__credit_got_update(&c->cr);
 		repost(c, b);
 		return;
+	case EVR_T_BYE:
+		/* the peer closes gracefully: everything it sent is here */
+		c->peer_bye = true;
+		repost(c, b);
+		return;
 	case EVR_T_EAGER:
 		if (!c->rx_head) {
 			deliver(c, b, NULL, p.payload, p.hdr.len);

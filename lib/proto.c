@@ -123,6 +123,10 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 		if (out->hdr.len != 0)
 			FAIL("credit update with a payload");
 		return 0;
+	case EVR_T_BYE:
+		if (out->hdr.len != 0)
+			FAIL("goodbye with a payload");
+		return 0;
 	default:
 		FAIL("unknown message type");
 	}

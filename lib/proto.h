@@ -18,7 +18,8 @@ enum evr__msg_type {
 	EVR_T_RNDV_REQ = 2, /* header + evr__rndv_req: read my buffer */
 	EVR_T_RNDV_FIN = 3, /* header + evr__rndv_fin: done reading it */
 	EVR_T_CREDIT = 4,   /* header only: credits returned */
-	EVR_T_MAX = 4,
+	EVR_T_BYE = 5,	    /* header only: closing, all my messages are sent */
+	EVR_T_MAX = 5,
 };
 
 /* type u8 | flags u8 | credits u16 | len u32 (payload bytes) */

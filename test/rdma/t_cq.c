@@ -274,7 +274,7 @@ static void world_fini(struct world *w)
 		assert_int_equal(w->cli[i].closes, 1);
 		assert_int_equal(w->cli[i].close_status, 0);
 		assert_int_equal(w->srv[i].closes, 1);
-		assert_int_equal(w->srv[i].close_status, -ECONNRESET);
+		assert_int_equal(w->srv[i].close_status, -ESHUTDOWN);
 	}
 	evr_ctx_stats(w->ctx, &st);
 	assert_int_equal(st.conns, 0);

@@ -428,7 +428,7 @@ static void test_backpressure(void **state)
 		assert_int_equal(s->closes[0], 1);
 		assert_int_equal(s->closes[1], 1);
 		assert_int_equal(s->close_status[closer], 0);
-		assert_int_equal(s->close_status[!closer], -ECONNRESET);
+		assert_int_equal(s->close_status[!closer], -ESHUTDOWN);
 		stream_fini(s);
 	}
 	evr_listener_close(b->l);
@@ -522,7 +522,7 @@ static void test_one_way(void **state)
 	assert_int_equal(s.closes[0], 1);
 	assert_int_equal(s.closes[1], 1);
 	assert_int_equal(s.close_status[0], 0);
-	assert_int_equal(s.close_status[1], -ECONNRESET);
+	assert_int_equal(s.close_status[1], -ESHUTDOWN);
 	stream_fini(&s);
 	evr_listener_close(l);
 	evr_ctx_destroy(cctx);

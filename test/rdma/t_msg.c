@@ -155,7 +155,7 @@ static void run_sizes(size_t eager, const size_t *sizes, int n, bool v6)
 
 	rt_pair_close(&p);
 	assert_int_equal(p.cli.close_status, 0);
-	assert_int_equal(p.srv.close_status, -ECONNRESET);
+	assert_int_equal(p.srv.close_status, -ESHUTDOWN);
 	if (l6)
 		evr_listener_close(l6);
 	rt_pair_fini(&p);
@@ -896,7 +896,7 @@ static void test_hold(void **state)
 	assert_int_equal(h.nheld, 6);
 	rt_pair_close(&p);
 	assert_int_equal(p.cli.close_status, 0);
-	assert_int_equal(p.srv.close_status, -ECONNRESET);
+	assert_int_equal(p.srv.close_status, -ESHUTDOWN);
 	assert_int_equal(hold_check(&h), 4);
 	while (h.nheld)
 		hold_release(&h, h.nheld - 1);

@@ -13,7 +13,7 @@
  *   close   evr_conn_close(0) after the echo          on_close 0
  *   abort   EVR_CLOSE_ABORT after the echo            -ECANCELED
  *   early   EVR_CLOSE_ABORT right after the send      -ECANCELED
- *   server  the server closes after echoing           -ECONNRESET
+ *   server  the server closes after echoing           -ESHUTDOWN
  *   leave   the last few: left open, the client exits without closing;
  *           the kernel tears them down and the server sees the disconnect
  *
@@ -100,7 +100,7 @@ struct ccl {
 	unsigned base, count, conc, leave;
 	unsigned started, finished;
 	unsigned connected, connect_failed, echoes, bad, left;
-	unsigned closed[4]; /* 0, -ECANCELED, -ECONNRESET, other */
+	unsigned closed[4]; /* 0, -ECANCELED, -ECONNRESET/-ESHUTDOWN, other */
 	int first_err;
 	struct cconn *conns;
 };
@@ -212,6 +212,7 @@ static void cl_closed(evr_conn *c, int status, void *arg)
 		cl->closed[1]++;
 		break;
 	case -ECONNRESET:
+	case -ESHUTDOWN:
 		cl->closed[2]++;
 		break;
 	default:
@@ -219,7 +220,7 @@ static void cl_closed(evr_conn *c, int status, void *arg)
 		break;
 	}
 	want = cc->mode == M_CLOSE    ? 0
-	       : cc->mode == M_SERVER ? -ECONNRESET
+	       : cc->mode == M_SERVER ? -ESHUTDOWN
 	       : cc->mode == M_LEAVE  ? 1 /* never closes */
 				      : -ECANCELED;
 	if (status != want || (cc->mode != M_EARLY && !cc->echoed))
@@ -323,7 +324,7 @@ struct srv {
 	evr_listener *l;
 	struct role echo, closer;
 	unsigned accepts, up, up_failed, echoes, send_errs;
-	unsigned closed[4]; /* 0, -ECANCELED, -ECONNRESET, other */
+	unsigned closed[5]; /* 0, -ECANCELED, -ECONNRESET, -ESHUTDOWN, other */
 	unsigned closes;
 	uint32_t peak_conns;
 	/* the log, as seen through log_fn */
@@ -394,7 +395,8 @@ static void srv_closed(evr_conn *c, int status, void *arg)
 	r->s->closed[status == 0	     ? 0
 		     : status == -ECANCELED  ? 1
 		     : status == -ECONNRESET ? 2
-					     : 3]++;
+		     : status == -ESHUTDOWN  ? 3
+					     : 4]++;
 }
 
 static void srv_accept(evr_listener *l, evr_conn_req *req, const void *ud,
@@ -671,14 +673,15 @@ static long rss_kib(void)
 
 /* How many connections of the clients started by clients_start() ask the
  * server to close them. */
-static unsigned server_closes(unsigned base, unsigned count, unsigned leave)
+/* How many of the clients' conns end in mode m. */
+static unsigned mode_count(unsigned base, unsigned count, unsigned leave,
+			   enum mode m)
 {
 	unsigned n = 0;
 
 	for (unsigned c = 0; c < NCLIENTS; c++)
 		for (unsigned i = 0; i < count; i++)
-			n += conn_mode(base + c * count, i, count, leave) ==
-			     M_SERVER;
+			n += conn_mode(base + c * count, i, count, leave) == m;
 	return n;
 }
 
@@ -745,11 +748,11 @@ static void test_storm(void **state)
 
 	printf("    storm: %u connections by %d clients in %.1f s, at most "
 	       "%u open at once; server: %u echoes, closes 0:%u "
-	       "ECANCELED:%u ECONNRESET:%u other:%u, %u failed while "
-	       "accepting\n",
+	       "ECANCELED:%u ECONNRESET:%u ESHUTDOWN:%u other:%u, %u failed "
+	       "while accepting\n",
 	       s->accepts, NCLIENTS, t1 - t0, s->peak_conns, s->echoes,
 	       s->closed[0], s->closed[1], s->closed[2], s->closed[3],
-	       s->up_failed);
+	       s->closed[4], s->up_failed);
 	printf("    server fds: %d before, %d after; VmRSS: %ld KiB before, "
 	       "%ld KiB after (%+ld KiB); open conns after: %u\n",
 	       fds0, fds1, rss0, rss1, rss1 - rss0, st.conns);
@@ -758,7 +761,12 @@ static void test_storm(void **state)
 	/* the warm-up grew the caches as far as the storm needed them */
 	assert_true(s->peak_conns <= peak);
 	/* the server closed exactly the conns that asked it to */
-	assert_int_equal(s->closed[0], server_closes(0, per, STORM_LEAVE));
+	assert_int_equal(s->closed[0],
+			 mode_count(0, per, STORM_LEAVE, M_SERVER));
+	/* a client's graceful close says goodbye: -ESHUTDOWN, not the
+	 * -ECONNRESET of the aborted and abandoned ones */
+	assert_int_equal(s->closed[3],
+			 mode_count(0, per, STORM_LEAVE, M_CLOSE));
 	assert_int_equal(s->send_errs, 0);
 #ifdef RT_ASAN
 	/* ASan's quarantine keeps freed memory resident by design: the

@@ -219,7 +219,7 @@ static int run_server(void)
 	}
 	th_mark("reborn");
 	th_srv_serve_until(&s, "done", 150);
-	/* the peer's graceful close: -ECONNRESET here */
+	/* the peer closed gracefully (-ESHUTDOWN here) */
 	TH_CHECK(s.conns == 1 && s.closes == 1);
 	th_srv_stop(&s);
 	return th_finish(0);

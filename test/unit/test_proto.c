@@ -240,7 +240,7 @@ static const struct bad_msg bad_msgs[] = {
     {"empty header claims payload", EVR_T_EAGER, 0, 1, 0, 0, 0, 0},
     {"length near 4 GiB", EVR_T_EAGER, 0, 0xffffffffu, 8, 0, 0, 0},
     {"unknown type 0", 0, 0, 0, 0, 0, 0, 0},
-    {"unknown type 5", 5, 0, 0, 0, 0, 0, 0},
+    {"unknown type 6", 6, 0, 0, 0, 0, 0, 0},
     {"unknown type 255", 255, 0, 4, 4, 0, 0, 0},
     {"flags 1", EVR_T_EAGER, 1, 4, 4, 0, 0, 0},
     {"flags 0x80", EVR_T_CREDIT, 0x80, 0, 0, 0, 0, 0},
@@ -264,6 +264,8 @@ static const struct bad_msg bad_msgs[] = {
     {"rndv fin status INT32_MIN", EVR_T_RNDV_FIN, 0, 8, 8, 0, 0, 0x80000000u},
     {"rndv fin status INT32_MAX", EVR_T_RNDV_FIN, 0, 8, 8, 0, 0, 0x7fffffffu},
     {"credit with payload", EVR_T_CREDIT, 0, 1, 1, 0, 0, 0},
+    {"bye with payload", EVR_T_BYE, 0, 1, 1, 0, 0, 0},
+    {"bye claiming payload", EVR_T_BYE, 0, 8, 0, 0, 0, 0},
     {"credit with rndv-sized payload", EVR_T_CREDIT, 0, 24, 24, 0, 0, 0},
 };
 
@@ -322,6 +324,7 @@ static void test_msg_boundaries_accepted(void **state)
 	    {"rndv fin status -4095", EVR_T_RNDV_FIN, 0, 8, 8, 0, 0,
 	     (uint32_t)-4095},
 	    {"credit", EVR_T_CREDIT, 0, 0, 0, 0, 0, 0},
+	    {"bye", EVR_T_BYE, 0, 0, 0, 0, 0, 0},
 	};
 	static uint8_t buf[EVR_HDR_SIZE + 9000];
 	struct evr__parsed p;
