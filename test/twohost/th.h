@@ -129,41 +129,6 @@ static inline void th_waitfor(const char *mark, double secs)
 	}
 }
 
-/* Ask the host for a fault: "kill|boot|stop|cont N" or "link N on|off".
- * Waits until the host has acted unless N is this host.  Returns the time
- * (th_now) at which the host confirmed it. */
-static inline double th_hostreq(const char *action, int n, const char *arg)
-{
-	char tmp[512], req[512], done[512];
-	struct stat st;
-	double end;
-	FILE *f;
-
-	snprintf(tmp, sizeof(tmp), "%s/ctl/.r%d.%s", th.dir, (int)getpid(),
-		 action);
-	snprintf(req, sizeof(req), "%s/ctl/req.%s.%d.%s.%d", th.dir,
-		 th.name, th.id, action, n);
-	snprintf(done, sizeof(done), "%s/ctl/done.%s.%d.%s.%d", th.dir,
-		 th.name, th.id, action, n);
-	unlink(done);
-	f = fopen(tmp, "w");
-	TH_CHECK(f != NULL);
-	fprintf(f, "%s %d %s\n", action, n, arg ? arg : "");
-	TH_CHECK(fclose(f) == 0);
-	TH_CHECK(rename(tmp, req) == 0);
-	if (n == th.id)
-		return th_now();
-	end = th_now() + 30;
-	while (stat(done, &st) != 0) {
-		if (th_now() > end)
-			th_fail("host did not answer %s %d", action, n);
-		usleep(20000);
-	}
-	unlink(done);
-	printf("# host: %s %d %s done\n", action, n, arg ? arg : "");
-	return th_now();
-}
-
 /* Call first.  timeout_s bounds the whole program on this host. */
 static inline void th_init(const char *name, unsigned timeout_s)
 {
@@ -263,8 +228,10 @@ static inline void th_run_for(struct ev_loop *loop, double secs)
 	(void)th_run_until(loop, th_never, NULL, secs);
 }
 
-/* th_hostreq with the loop running meanwhile (traffic goes on until the
- * fault hits).  Only for requests about the other host. */
+/* Ask the host for a fault: "kill|boot|stop|cont N" or "link N on|off".
+ * Waits until the host has acted unless N is this host, running loop
+ * meanwhile if there is one (traffic goes on until the fault hits).
+ * Returns the time (th_now) at which the host confirmed it. */
 static inline double th_hostreq_loop(struct ev_loop *loop, const char *action,
 				     int n, const char *arg)
 {
@@ -285,15 +252,26 @@ static inline double th_hostreq_loop(struct ev_loop *loop, const char *action,
 	fprintf(f, "%s %d %s\n", action, n, arg ? arg : "");
 	TH_CHECK(fclose(f) == 0);
 	TH_CHECK(rename(tmp, req) == 0);
+	if (n == th.id)
+		return th_now();
 	end = th_now() + 30;
 	while (stat(done, &st) != 0) {
 		if (th_now() > end)
 			th_fail("host did not answer %s %d", action, n);
-		th_run_for(loop, 0.02);
+		if (loop)
+			th_run_for(loop, 0.02);
+		else
+			usleep(20000);
 	}
 	unlink(done);
 	printf("# host: %s %d %s done\n", action, n, arg ? arg : "");
 	return th_now();
+}
+
+/* th_hostreq_loop without a loop to run while waiting. */
+static inline double th_hostreq(const char *action, int n, const char *arg)
+{
+	return th_hostreq_loop(NULL, action, n, arg);
 }
 
 /* A deterministic byte pattern: message seq, byte i. */
