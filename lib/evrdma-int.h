@@ -377,7 +377,7 @@ struct evr_conn {
 	unsigned rndv_active;		   /* rendezvous reads running */
 	bool zombie;	     /* user told; QP kept until its WRs flush */
 	bool disconnected;   /* rdma_disconnect issued */
-	bool bye_done;	     /* closing: our BYE sent (or no credit for it) */
+	bool bye_done;	     /* closing: our BYE queued (or it could not be) */
 	bool peer_bye;	     /* the peer's BYE arrived: it closes gracefully */
 	bool state_was_accepting; /* failed after rdma_accept() */
 	uint8_t udata[EVR_MAX_USER_DATA]; /* connect request user bytes */
@@ -455,7 +455,6 @@ void evr__log(const evr_ctx *ctx, enum evr_log_level lvl, const char *fmt,
 #define EVR_WARN(ctx, ...) evr__log((ctx), EVR_LOG_WARN, __VA_ARGS__)
 #define EVR_INFO(ctx, ...) evr__log((ctx), EVR_LOG_INFO, __VA_ARGS__)
 #define EVR_DBG(ctx, ...) evr__log((ctx), EVR_LOG_DEBUG, __VA_ARGS__)
-uint64_t evr__now_ns(void);
 /* The loop's time (ev_now) in ns: what the adaptive mode measures with, so
  * the data path reads no clock of its own. */
 static inline uint64_t evr__loop_ns(evr_ctx *ctx)

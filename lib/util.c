@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 static int env_log_level(void)
 {
@@ -52,14 +51,6 @@ void evr__log(const evr_ctx *ctx, enum evr_log_level lvl, const char *fmt, ...)
 		ctx->o.log_fn(lvl, line, ctx->o.log_arg);
 	else
 		fprintf(stderr, "evrdma %s: %s\n", names[lvl], line);
-}
-
-uint64_t evr__now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 int evr__set_nonblock(int fd)

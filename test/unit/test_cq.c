@@ -422,7 +422,7 @@ static void test_adaptive_switch_up(void **state)
 	unsigned first, i;
 
 	f->ctx->mode = EVR_MODE_ADAPTIVE;
-	evr__adapt_init(&f->ctx->adapt, &cfg, evr__now_ns());
+	evr__adapt_init(&f->ctx->adapt, &cfg, evr__loop_ns(f->ctx));
 	/* a small wakeup stays in EVENT mode */
 	first = post_ops(f, 1 + cfg.up_batch);
 	wc = wc_for(f, first);
