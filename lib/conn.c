@@ -418,6 +418,21 @@ static bool sq_busy(const evr_conn *c)
 	return c->sq.batch.n > 0;
 }
 
+/* A control message of c (EVR_T_CREDIT, _RNDV_FIN, _BYE): it takes a
+ * credit and may take the last one.  NULL when out of memory. */
+struct evr__op *evr__ctrl_op_new(evr_conn *c, uint8_t type)
+{
+	struct evr__op *op = evr__op_alloc(c->ctx);
+
+	if (!op)
+		return NULL;
+	op->conn = c;
+	op->kind = EVR_OP_CTRL;
+	op->ctrl_type = type;
+	op->credit = op->ctrl = true;
+	return op;
+}
+
 /* Queue our BYE; true when queued.  It goes when a credit allows (a
  * control message may take the last one), like everything else the close
  * waits for, within close_timeout_ms. */
@@ -427,13 +442,9 @@ static bool queue_bye(evr_conn *c)
 
 	if (c->qp_err || !c->qp)
 		return false;
-	op = evr__op_alloc(c->ctx);
+	op = evr__ctrl_op_new(c, EVR_T_BYE);
 	if (!op)
 		return false;
-	op->conn = c;
-	op->kind = EVR_OP_CTRL;
-	op->ctrl_type = EVR_T_BYE;
-	op->credit = op->ctrl = true;
 	evr__opq_push(&c->ctrlq, op);
 	evr__conn_dirty(c);
 	return true;
@@ -658,12 +669,8 @@ void evr__conn_flush(evr_conn *c)
 	if ((evr__credit_need_update(&c->cr) ||
 	     evr__credit_peer_starved(&c->cr, c->recv_posted)) &&
 	    evr__credit_can(&c->cr, true) && evr__sq_room(&c->sq) > 0) {
-		op = evr__op_alloc(ctx);
+		op = evr__ctrl_op_new(c, EVR_T_CREDIT);
 		if (op) {
-			op->conn = c;
-			op->kind = EVR_OP_CTRL;
-			op->ctrl_type = EVR_T_CREDIT;
-			op->credit = op->ctrl = true;
 			if (take_and_prepare(c, op, true) == 0) {
 				evr__sq_add(&c->sq, op);
 				ctx->st.credit_updates++;

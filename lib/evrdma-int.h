@@ -477,6 +477,7 @@ void evr__op_free(evr_ctx *ctx, struct evr__op *op);
 void evr__op_defer(evr_ctx *ctx, struct evr__op *op, int status);
 void evr__conn_kick(evr_conn *c);  /* needs a state step */
 void evr__conn_dirty(evr_conn *c); /* has something to post */
+struct evr__op *evr__ctrl_op_new(evr_conn *c, uint8_t type);
 void evr__ctx_progress(evr_ctx *ctx);
 void evr__ctx_fail_all(evr_ctx *ctx, int err);
 int evr__ctx_bind(evr_ctx *ctx, struct ibv_context *verbs);

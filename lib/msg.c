@@ -284,16 +284,12 @@ static void rread_done(evr_conn *c, struct evr__op *op, int status)
 	c->ctx->st.rndv_recv++;
 	/* tell the sender it may reuse its buffer */
 	{
-		struct evr__op *fin = evr__op_alloc(c->ctx);
+		struct evr__op *fin = evr__ctrl_op_new(c, EVR_T_RNDV_FIN);
 
 		if (!fin) {
 			evr__conn_fail(c, -ENOMEM);
 			return;
 		}
-		fin->conn = c;
-		fin->kind = EVR_OP_CTRL;
-		fin->ctrl_type = EVR_T_RNDV_FIN;
-		fin->credit = fin->ctrl = true;
 		fin->fin_id = rx->id;
 		fin->fin_status = 0;
 		evr__opq_push(&c->ctrlq, fin);
