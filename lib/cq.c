@@ -233,13 +233,19 @@ unsigned evr__cq_poll_all(evr_ctx *ctx, unsigned budget)
 	return total;
 }
 
-/* Arm every CQ that is not armed, then poll it until empty: nothing that
- * completed before the arm is left behind.  Returns completions found. */
+/* Back to sleeping on the completion channel: post what is waiting, arm
+ * every CQ that is not armed, poll it until empty (nothing that completed
+ * before the arm is left behind), and post what that poll's callbacks
+ * submitted.  Posting before arming sends a reply one system call sooner,
+ * and the completions of what was just posted that are in by the time of
+ * the arm (a send's, on a fast or a software device) are taken by the poll
+ * without raising one more event and wakeup.  Returns completions found. */
 int evr__cq_arm_all(evr_ctx *ctx)
 {
 	struct evr__list *pos, *tmp;
 	int total = 0;
 
+	evr__ctx_progress(ctx);
 	evr__list_for_each_safe(pos, tmp, &ctx->cqs)
 	{
 		struct evr__cq *c = evr__container_of(pos, struct evr__cq,
@@ -254,6 +260,7 @@ int evr__cq_arm_all(evr_ctx *ctx)
 		c->armed = true;
 		total += (int)cq_drain(ctx, c, ~0u);
 	}
+	evr__ctx_progress(ctx);
 	return total;
 }
 
@@ -284,23 +291,17 @@ void evr__cq_on_channel(struct ev_loop *loop, ev_io *w, int revents)
 	n = evr__cq_poll_all(ctx, ~0u);
 	up = ctx->mode == EVR_MODE_ADAPTIVE &&
 	     evr__adapt_wakeup(&ctx->adapt, evr__loop_ns(ctx), n);
-	if (ctx->polling || up) {
-		/* stay unarmed: the check watcher polls from now on */
-		if (up) {
-			ctx->polling = true;
-			ctx->st.mode_switches++;
-			ev_idle_start(ctx->loop, &ctx->idle_w);
-			if (ctx->mode_cb)
-				ctx->mode_cb(ctx, EVR_MODE_POLL, ctx->mode_arg);
-		}
-	} else {
-		/* Post what the callbacks submitted before arming: the reply
-		 * leaves one system call sooner, and completions of what was
-		 * just posted that are already in by the time of the arm (a
-		 * send's, on a fast or a software device) are taken by the poll
-		 * after it without raising one more event and wakeup. */
-		evr__ctx_progress(ctx);
-		evr__cq_arm_all(ctx);
+	if (!ctx->polling && !up) {
+		evr__cq_arm_all(ctx); /* posts first, see there */
+		return;
+	}
+	/* stay unarmed: the check watcher polls from now on */
+	if (up) {
+		ctx->polling = true;
+		ctx->st.mode_switches++;
+		ev_idle_start(ctx->loop, &ctx->idle_w);
+		if (ctx->mode_cb)
+			ctx->mode_cb(ctx, EVR_MODE_POLL, ctx->mode_arg);
 	}
 	evr__ctx_progress(ctx);
 }

@@ -157,11 +157,10 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 
 	(void)loop;
 	(void)revents;
-	evr__ctx_progress(ctx);
 	if (ctx->need_arm && !ctx->polling) {
-		/* after posting, as in evr__cq_on_channel */
 		ctx->need_arm = false;
-		evr__cq_arm_all(ctx);
+		evr__cq_arm_all(ctx); /* posts too, before and after */
+	} else {
 		evr__ctx_progress(ctx);
 	}
 }
