@@ -2,8 +2,13 @@
  * libFuzzer target for everything a peer controls before any other check:
  * the message header and bodies (evr__msg_parse) and the connect handshake
  * (evr__hs_decode).  The first input byte picks the parser and the limits;
- * the rest is the peer's bytes.  Accepted input is re-encoded and must
- * decode to the same values (the parsers and encoders agree).
+ * the rest is the peer's bytes.  Every accepted input is re-encoded with
+ * the library's encoders and must give back the very bytes received: a
+ * message exactly (its length is the header's), a handshake up to its
+ * encoded length (rdma_cm pads private data, so bytes past it are ignored
+ * by design).  Parsers and encoders therefore agree on every field of
+ * every message type, and no accepted input carries bytes the library
+ * would not have sent.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,11 +18,35 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* Re-encode an accepted message; returns its length (the bytes it fills). */
+static size_t encode_msg(uint8_t *buf, const struct evr__parsed *m)
+{
+	evr__hdr_encode(buf, &m->hdr);
+	switch (m->hdr.type) {
+	case EVR_T_EAGER:
+		memcpy(buf + EVR_HDR_SIZE, m->payload, m->hdr.len);
+		break;
+	case EVR_T_RNDV_REQ:
+		evr__rndv_req_encode(buf + EVR_HDR_SIZE, &m->rndv);
+		break;
+	case EVR_T_RNDV_FIN:
+		evr__rndv_fin_encode(buf + EVR_HDR_SIZE, m->fin_id,
+				     m->fin_status);
+		break;
+	case EVR_T_CREDIT:
+	case EVR_T_BYE:
+		break;
+	default:
+		abort(); /* the parser accepted a type it does not know */
+	}
+	return EVR_HDR_SIZE + m->hdr.len;
+}
+
 static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 {
 	struct evr__limits lim = {64u << (sel & 7), 1ull << (10 + (sel >> 3))};
 	struct evr__parsed m, m2;
-	uint8_t buf[EVR_HDR_SIZE + EVR_RNDV_REQ_SIZE];
+	static uint8_t buf[EVR_HDR_SIZE + (64u << 7)];
 	const char *why = NULL;
 
 	if (evr__msg_parse(p, n, &lim, &m, &why)) {
@@ -28,15 +57,18 @@ static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 	if (m.hdr.type == EVR_T_EAGER &&
 	    (m.payload != p + EVR_HDR_SIZE || m.hdr.len > lim.max_eager))
 		abort();
-	if (m.hdr.type == EVR_T_RNDV_REQ) {
-		if (m.rndv.len > lim.max_msg || m.rndv.len <= lim.max_eager)
-			abort();
-		evr__hdr_encode(buf, &m.hdr);
-		evr__rndv_req_encode(buf + EVR_HDR_SIZE, &m.rndv);
-		if (evr__msg_parse(buf, sizeof(buf), &lim, &m2, &why) ||
-		    memcmp(&m.rndv, &m2.rndv, sizeof(m.rndv)))
-			abort();
-	}
+	if (m.hdr.type == EVR_T_RNDV_REQ &&
+	    (m.rndv.len > lim.max_msg || m.rndv.len <= lim.max_eager))
+		abort();
+	/* the bytes received, exactly */
+	if (encode_msg(buf, &m) != n || memcmp(buf, p, n))
+		abort();
+	/* and what they decode to once more is the same message */
+	if (evr__msg_parse(buf, n, &lim, &m2, &why) ||
+	    memcmp(&m.hdr, &m2.hdr, sizeof(m.hdr)) ||
+	    memcmp(&m.rndv, &m2.rndv, sizeof(m.rndv)) ||
+	    m.fin_id != m2.fin_id || m.fin_status != m2.fin_status)
+		abort();
 }
 
 static void check_hs(const uint8_t *p, size_t n)
@@ -54,7 +86,10 @@ static void check_hs(const uint8_t *p, size_t n)
 	if (hs.user_len > EVR_HS_USER_MAX)
 		abort();
 	len = evr__hs_encode(buf, &hs);
-	if (len > EVR_HS_MAX || evr__hs_decode(buf, len, &hs2, &why) ||
+	/* the bytes received up to the encoded length, exactly */
+	if (len > EVR_HS_MAX || len > n || memcmp(buf, p, len))
+		abort();
+	if (evr__hs_decode(buf, len, &hs2, &why) ||
 	    memcmp(&hs, &hs2, sizeof(hs)))
 		abort();
 }
