@@ -423,7 +423,8 @@ struct evr_rkey {
 #define EVR_RKEY_PACKED_SIZE 20
 
 EVR_EXPORT void evr_mr_rkey(const evr_mr *mr, struct evr_rkey *out);
-/** Byte-order independent encoding (little endian) for the wire. */
+/** Byte-order independent encoding for the wire, EVR_RKEY_PACKED_SIZE
+ *  bytes, all little endian: addr (8 bytes) | len (8) | rkey (4). */
 EVR_EXPORT void evr_rkey_pack(const struct evr_rkey *rk,
 			      uint8_t out[EVR_RKEY_PACKED_SIZE]);
 EVR_EXPORT void evr_rkey_unpack(struct evr_rkey *rk,
