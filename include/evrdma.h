@@ -55,7 +55,8 @@ typedef struct evr_msg evr_msg;
 
 /** Text for a negative errno returned by this library (never NULL). */
 EVR_EXPORT const char *evr_strerror(int err);
-/** Symbolic name ("ECONNREFUSED") for a negative errno (never NULL). */
+/** Symbolic name ("ECONNREFUSED") for a negative errno, "OK" for 0,
+ *  "EUNKNOWN" for anything else (never NULL). */
 EVR_EXPORT const char *evr_err_name(int err);
 
 enum evr_log_level {

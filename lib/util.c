@@ -1,6 +1,6 @@
 /*
  * Small shared helpers: logging (one function, levels, off by default),
- * error names, clocks and environment overrides.
+ * error names and texts, non-blocking fds, environment overrides.
  */
 #include "evrdma-int.h"
 
@@ -77,25 +77,23 @@ unsigned evr__env_uint(const char *name, unsigned dflt)
 	return (unsigned)v;
 }
 
-#define ERRNAMES(X)                                                            \
-	X(EPERM) X(ENOENT) X(EINTR) X(EIO) X(EBADF) X(EAGAIN) X(ENOMEM)         \
-	X(EACCES) X(EFAULT) X(EBUSY) X(EEXIST) X(ENODEV) X(EINVAL) X(ENOSPC)   \
-	X(ERANGE) X(ENOSYS) X(EPROTO) X(EMSGSIZE) X(EPROTONOSUPPORT)           \
-	X(EOPNOTSUPP) X(EADDRINUSE) X(EADDRNOTAVAIL) X(ENETDOWN)               \
-	X(ENETUNREACH) X(ENETRESET) X(ECONNABORTED) X(ECONNRESET) X(ENOBUFS)   \
-	X(EISCONN) X(ENOTCONN) X(ETIMEDOUT) X(ECONNREFUSED) X(EHOSTUNREACH)    \
-	X(EALREADY) X(EINPROGRESS) X(ECANCELED) X(EREMOTEIO) X(EPIPE)          \
-	X(EAFNOSUPPORT)
-
+/*
+ * The C library's own table names every errno (glibc 2.32 and later, as
+ * strerrordesc_np below): a table of our own would have to list each code
+ * the verbs, rdma_cm and the kernel can hand back, and fell behind the
+ * codes the library itself documents (ESHUTDOWN) once already.
+ */
 const char *evr_err_name(int err)
 {
-#define X(e)                                                                   \
-	if (err == -(e))                                                       \
-		return #e;
-	ERRNAMES(X)
-#undef X
+	const char *s;
+
 	if (err == 0)
 		return "OK";
+	if (err < 0 && err > -4096) {
+		s = strerrorname_np(-err);
+		if (s)
+			return s;
+	}
 	return "EUNKNOWN";
 }
 
