@@ -263,8 +263,10 @@ typedef void (*evr_imm_cb)(evr_conn *conn, uint32_t imm, void *arg);
  *  a graceful evr_conn_close(), -ECANCELED after an abort, -ESHUTDOWN when
  *  the peer closed gracefully (everything it sent was delivered first),
  *  -ECONNRESET when the peer went away without closing (it aborted, died
- *  or was destroyed), or the error that killed it (-EPROTO, -EIO,
- *  -ETIMEDOUT, ...).  The handle is freed when it returns. */
+ *  or was destroyed; also when a send in flight learns of it first, from
+ *  the remote error of a peer whose end is being torn down), or the error
+ *  that killed it (-EPROTO, -EIO, -ETIMEDOUT, ...).  The handle is freed
+ *  when it returns. */
 typedef void (*evr_close_cb)(evr_conn *conn, int status, void *arg);
 
 /** Queued send bytes fell below the low-watermark after the queue had

@@ -169,6 +169,29 @@ int evr__wc_errno(enum ibv_wc_status st)
 	}
 }
 
+/*
+ * The status a failed work completion gives its connection (on_close); the
+ * op itself keeps evr__wc_errno()'s.  A remote operational or abort error
+ * says the responder's end of the connection failed for a reason of its
+ * own -- its QP is in the error state -- and not because of what was asked
+ * of it.  An evrdma peer does that when its process dies: the kernel may
+ * deregister its receive buffers before it destroys its QP, and a send that
+ * arrives in between finds a receive it cannot write.  That is the peer
+ * vanishing, reported as -ECONNRESET like the disconnect that comes right
+ * after it.  Errors caused by the request itself (a bad key or range:
+ * -EACCES, -EINVAL) and by the transport (-ETIMEDOUT) keep their status.
+ */
+int evr__wc_conn_errno(enum ibv_wc_status st)
+{
+	switch (st) {
+	case IBV_WC_REM_OP_ERR:
+	case IBV_WC_REM_ABORT_ERR:
+		return -ECONNRESET;
+	default:
+		return evr__wc_errno(st);
+	}
+}
+
 void evr__dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc)
 {
 	struct evr__op *op = (struct evr__op *)(uintptr_t)wc->wr_id;
@@ -187,7 +210,7 @@ void evr__dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc)
 	}
 	evr__sq_complete(&c->sq, op, status);
 	if (status)
-		evr__conn_fail(c, status);
+		evr__conn_fail(c, evr__wc_conn_errno(wc->status));
 	else if (c->state >= EVR_CS_CLOSING)
 		evr__conn_kick(c);
 	/* The SQ has room again: ops that waited for it (nothing else would

@@ -281,6 +281,7 @@ void evr__cq_on_channel(struct ev_loop *loop, ev_io *w, int revents);
 unsigned evr__cq_poll_all(evr_ctx *ctx, unsigned budget);
 int evr__cq_arm_all(evr_ctx *ctx);
 int evr__wc_errno(enum ibv_wc_status st);
+int evr__wc_conn_errno(enum ibv_wc_status st);
 void evr__dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc);
 
 /* ---- connections (cm.c, conn.c, msg.c) ---- */

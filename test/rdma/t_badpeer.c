@@ -3,8 +3,19 @@
  * send path) completes a valid handshake with an evrdma server and then
  * sends malformed traffic -- or offers a malformed handshake.  Each case
  * must close only that connection (the server's on_close sees -EPROTO, the
- * raw client sees the disconnect or the reject) while a well-behaved
- * evrdma connection on the same server keeps echoing, content-checked.
+ * raw client sees the disconnect or the reject).  After each one, a
+ * well-behaved evrdma connection on the same server, open all along, must
+ * still be echoing (content-checked, more echoes than before that peer
+ * came), and a new connection must be accepted and served: one eager and
+ * one rendezvous message echoed, then a graceful close.
+ *
+ * Most bad messages are built with the library's own encoder (lib/proto.c),
+ * which makes them easy to aim at one check.  The "literal" cases are
+ * written out byte by byte from the documented layout instead, so that a
+ * bug shared by the encoder and the decoder cannot hide: two bad headers,
+ * and one valid message -- after a literal handshake -- that the server
+ * must accept and echo, header byte for byte, before the raw client says
+ * goodbye with a literal BYE.
  *
  * The raw client runs in a child process of its own (fork + exec),
  * synchronously; the server and the good client run in the parent's loop.
@@ -33,22 +44,110 @@ enum bad_case {
 	BAD_RNDV_LEN,	 /* rendezvous length beyond the maximum */
 	BAD_CREDITS,	 /* returns credits that were never used */
 	BAD_FIN,	 /* a finish for a rendezvous never sent */
+	LIT_TYPE,	 /* literal bytes: the type after the last one */
+	LIT_LEN_BE,	 /* literal bytes: a length written big endian */
+	LIT_VALID,	 /* literal bytes: a valid message, echoed */
 	BAD_NCASES
 };
 
-static const char *const case_names[BAD_NCASES] = {
-	"bad magic", "bad version", "no private data", "unknown type",
-	"length beyond maximum", "oversize", "truncated", "unknown flags",
-	"bogus rendezvous rkey", "rendezvous length beyond maximum",
-	"credit overflow", "unexpected finish",
+/* What the server must do with the peer. */
+enum expect {
+	X_REJECT, /* reject the handshake, without asking the application */
+	X_EPROTO, /* accept, then close with -EPROTO */
+	X_ECHO,	  /* accept, echo, and see the peer's goodbye (-ESHUTDOWN) */
+};
+
+static const struct {
+	const char *name;
+	enum expect expect;
+} cases[BAD_NCASES] = {
+    [BAD_MAGIC] = {"bad magic", X_REJECT},
+    [BAD_VERSION] = {"bad version", X_REJECT},
+    [BAD_NO_PRIVDATA] = {"no private data", X_REJECT},
+    [BAD_TYPE] = {"unknown type", X_EPROTO},
+    [BAD_LEN_MAX] = {"length beyond maximum", X_EPROTO},
+    [BAD_OVERSIZE] = {"oversize", X_EPROTO},
+    [BAD_TRUNCATED] = {"truncated", X_EPROTO},
+    [BAD_FLAGS] = {"unknown flags", X_EPROTO},
+    [BAD_RNDV_RKEY] = {"bogus rendezvous rkey", X_EPROTO},
+    [BAD_RNDV_LEN] = {"rendezvous length beyond maximum", X_EPROTO},
+    [BAD_CREDITS] = {"credit overflow", X_EPROTO},
+    [BAD_FIN] = {"unexpected finish", X_EPROTO},
+    [LIT_TYPE] = {"literal: type after BYE", X_EPROTO},
+    [LIT_LEN_BE] = {"literal: big-endian length", X_EPROTO},
+    [LIT_VALID] = {"literal: valid message", X_ECHO},
 };
 
 static bool is_handshake_case(enum bad_case c)
 {
-	return c == BAD_MAGIC || c == BAD_VERSION || c == BAD_NO_PRIVDATA;
+	return cases[c].expect == X_REJECT;
 }
 
+static bool is_literal_case(enum bad_case c)
+{
+	return c == LIT_TYPE || c == LIT_LEN_BE || c == LIT_VALID;
+}
+
+/*
+ * Wire bytes written out by hand from the layout documented in proto.h and
+ * the README ("Wire protocol"), not produced by the library's encoder.  A
+ * message header is 8 bytes: type u8 | flags u8 | credits u16 | len u32,
+ * multi-byte fields little endian; types EAGER 1, RNDV_REQ 2, RNDV_FIN 3,
+ * CREDIT 4, BYE 5.
+ */
+
+/* Type 6, one past BYE, the last defined type; no payload. */
+static const uint8_t lit_type6[8] = {
+    0x06,		    /* type */
+    0x00,		    /* flags */
+    0x00, 0x00,		    /* credits */
+    0x00, 0x00, 0x00, 0x00, /* len */
+};
+
+/* EAGER with 256 payload bytes, its length written big endian: read as
+ * the documented little endian it says 65536, not the 256 that came. */
+#define LIT_BE_PAYLOAD 256
+static const uint8_t lit_len_be[8] = {
+    0x01,		    /* type EAGER */
+    0x00,		    /* flags */
+    0x00, 0x00,		    /* credits */
+    0x00, 0x00, 0x01, 0x00, /* len 256, big endian: wrong */
+};
+
+/* A valid EAGER message: 12 payload bytes, no credits returned. */
+static const uint8_t lit_eager[8 + 12] = {
+    0x01,		    /* type EAGER */
+    0x00,		    /* flags */
+    0x00, 0x00,		    /* credits */
+    0x0c, 0x00, 0x00, 0x00, /* len 12 */
+    'h',  'e',	'l',  'l',  'o', ' ', 'e', 'v', 'r', 'd', 'm', 'a',
+};
+
+/* BYE: the sender closes gracefully. */
+static const uint8_t lit_bye[8] = {0x05, 0x00, 0x00, 0x00,
+				   0x00, 0x00, 0x00, 0x00};
+
+/* The connect request's private data (the handshake, fixed part only):
+ * magic u32 "EVR1" | version u8 1 | kind u8 (REQ 1) | user_len u8 |
+ * reserved u8 | recv_depth u16 | reserved u16 | max_eager u32 |
+ * max_msg u64. */
+static const uint8_t lit_hs_req[24] = {
+    'E',  'V',	'R',  '1',			    /* magic 0x31525645 */
+    0x01,					    /* version */
+    0x01,					    /* kind REQ */
+    0x00,					    /* user_len */
+    0x00,					    /* reserved */
+    0x0f, 0x00,					    /* recv_depth 15 */
+    0x00, 0x00,					    /* reserved */
+    0x00, 0x20, 0x00, 0x00,			    /* max_eager 8192 */
+    0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, /* max_msg 1 MiB */
+};
+
 /* ---- the raw client (child process) ---- */
+
+/* The private data of the last event wait_cm() took, and its length. */
+static uint8_t cm_pdata[256];
+static size_t cm_pdata_len;
 
 static int wait_cm(struct rdma_event_channel *ec, enum rdma_cm_event_type want,
 		   int timeout_ms, enum rdma_cm_event_type *got)
@@ -61,8 +160,29 @@ static int wait_cm(struct rdma_event_channel *ec, enum rdma_cm_event_type want,
 	if (rdma_get_cm_event(ec, &ev))
 		return -1;
 	*got = ev->event;
+	cm_pdata_len = 0;
+	if (ev->param.conn.private_data) {
+		cm_pdata_len = ev->param.conn.private_data_len;
+		if (cm_pdata_len > sizeof(cm_pdata))
+			cm_pdata_len = sizeof(cm_pdata);
+		memcpy(cm_pdata, ev->param.conn.private_data, cm_pdata_len);
+	}
 	rdma_ack_cm_event(ev);
 	return *got == want ? 0 : 1;
+}
+
+/* One work completion, polled for at most timeout_ms: 0, or -1. */
+static int poll_wc(struct ibv_cq *cq, struct ibv_wc *wc, int timeout_ms)
+{
+	double end = rt_now() + timeout_ms / 1000.0;
+	int n;
+
+	while ((n = ibv_poll_cq(cq, 1, wc)) == 0) {
+		if (rt_now() > end)
+			return -1;
+		usleep(1000);
+	}
+	return n == 1 ? 0 : -1;
 }
 
 static size_t craft(enum bad_case bc, uint8_t *buf)
@@ -116,6 +236,16 @@ static size_t craft(enum bad_case bc, uint8_t *buf)
 		evr__hdr_encode(buf, &h);
 		evr__rndv_fin_encode(buf + EVR_HDR_SIZE, 12345, 0);
 		return EVR_HDR_SIZE + EVR_RNDV_FIN_SIZE;
+	case LIT_TYPE:
+		memcpy(buf, lit_type6, sizeof(lit_type6));
+		return sizeof(lit_type6);
+	case LIT_LEN_BE:
+		memcpy(buf, lit_len_be, sizeof(lit_len_be));
+		memset(buf + sizeof(lit_len_be), 0x5a, LIT_BE_PAYLOAD);
+		return sizeof(lit_len_be) + LIT_BE_PAYLOAD;
+	case LIT_VALID:
+		memcpy(buf, lit_eager, sizeof(lit_eager));
+		return sizeof(lit_eager);
 	default:
 		break;
 	}
@@ -123,9 +253,90 @@ static size_t craft(enum bad_case bc, uint8_t *buf)
 	return EVR_HDR_SIZE;
 }
 
+/* Post one signaled send of n bytes from mem[0]. */
+static int raw_send(struct rdma_cm_id *id, struct ibv_mr *mr, uint8_t *buf,
+		    size_t n)
+{
+	struct ibv_send_wr swr = {0}, *bad_s;
+	struct ibv_sge sge;
+
+	sge.addr = (uintptr_t)buf;
+	sge.length = (uint32_t)n;
+	sge.lkey = mr->lkey;
+	swr.wr_id = 0;
+	swr.sg_list = &sge;
+	swr.num_sge = 1;
+	swr.opcode = IBV_WR_SEND;
+	swr.send_flags = IBV_SEND_SIGNALED;
+	return ibv_post_send(id->qp, &swr, &bad_s);
+}
+
+/* The server's accept, checked byte by byte: magic, version, kind REP. */
+static bool rep_ok(void)
+{
+	return cm_pdata_len >= 24 && cm_pdata[0] == 'E' && cm_pdata[1] == 'V' &&
+	       cm_pdata[2] == 'R' && cm_pdata[3] == '1' && cm_pdata[4] == 1 &&
+	       cm_pdata[5] == 2;
+}
+
+/* The echo of lit_eager, header byte by byte (the credits it returns may
+ * be any number). */
+static bool echo_ok(const uint8_t *b, uint32_t n)
+{
+	return n == sizeof(lit_eager) && b[0] == 0x01 && b[1] == 0x00 &&
+	       b[4] == 0x0c && b[5] == 0 && b[6] == 0 && b[7] == 0 &&
+	       !memcmp(b + 8, lit_eager + 8, sizeof(lit_eager) - 8);
+}
+
+/* A credit update, which the server may send at any time: type CREDIT,
+ * no payload. */
+static bool is_credit(const uint8_t *b, uint32_t n)
+{
+	return n == 8 && b[0] == 0x04 && b[1] == 0 && b[4] == 0 && b[5] == 0 &&
+	       b[6] == 0 && b[7] == 0;
+}
+
+/* LIT_VALID after the literal message went out: its send completes, its
+ * echo comes back; then a literal BYE and the disconnect.  0 or an exit
+ * code. */
+static int raw_echo_and_bye(struct rdma_cm_id *id, struct ibv_cq *cq,
+			    struct ibv_mr *mr, uint8_t (*mem)[40000])
+{
+	struct ibv_wc wc;
+	bool sent = false, echoed = false;
+
+	while (!sent || !echoed) {
+		if (poll_wc(cq, &wc, 10000))
+			return 20;
+		if (wc.status != IBV_WC_SUCCESS)
+			return 21;
+		if (wc.opcode == IBV_WC_SEND) {
+			sent = true;
+		} else if (wc.opcode != IBV_WC_RECV || wc.wr_id < 1 ||
+			   wc.wr_id > 15) {
+			return 22;
+		} else if (!is_credit(mem[wc.wr_id], wc.byte_len)) {
+			if (echoed || !echo_ok(mem[wc.wr_id], wc.byte_len))
+				return 23;
+			echoed = true;
+		}
+	}
+	memcpy(mem[0], lit_bye, sizeof(lit_bye));
+	if (raw_send(id, mr, mem[0], sizeof(lit_bye)))
+		return 24;
+	do {
+		if (poll_wc(cq, &wc, 10000))
+			return 25;
+	} while (wc.opcode != IBV_WC_SEND);
+	if (wc.status != IBV_WC_SUCCESS)
+		return 26;
+	return rdma_disconnect(id) ? 27 : 0;
+}
+
 /* Exit status: 0 when the server reacted as it must (reject for a bad
- * handshake, a disconnect after bad traffic), else a code saying what
- * went wrong. */
+ * handshake, a disconnect after bad traffic, the echo of the valid
+ * literal message and the disconnect after our goodbye), else a code
+ * saying what went wrong. */
 static int raw_client(enum bad_case bc, uint16_t port)
 {
 	struct rdma_event_channel *ec = rdma_create_event_channel();
@@ -134,7 +345,6 @@ static int raw_client(enum bad_case bc, uint16_t port)
 	struct ibv_qp_init_attr qa = {0};
 	struct rdma_conn_param cp = {0};
 	enum rdma_cm_event_type got;
-	struct ibv_send_wr swr = {0}, *bad_s;
 	struct ibv_recv_wr rwr = {0}, *bad_r;
 	struct ibv_sge sge;
 	struct ibv_wc wc;
@@ -177,11 +387,17 @@ static int raw_client(enum bad_case bc, uint16_t port)
 	    wait_cm(ec, RDMA_CM_EVENT_ROUTE_RESOLVED, 5000, &got))
 		return 13;
 
-	hs.kind = EVR_HS_REQ;
-	hs.recv_depth = 15;
-	hs.max_eager = 8192;
-	hs.max_msg = 1 << 20;
-	n = evr__hs_encode(pdata, &hs);
+	if (is_literal_case(bc)) {
+		/* 15 receives posted, 8 KiB eager, 1 MiB messages */
+		memcpy(pdata, lit_hs_req, sizeof(lit_hs_req));
+		n = sizeof(lit_hs_req);
+	} else {
+		hs.kind = EVR_HS_REQ;
+		hs.recv_depth = 15;
+		hs.max_eager = 8192;
+		hs.max_msg = 1 << 20;
+		n = evr__hs_encode(pdata, &hs);
+	}
 	if (bc == BAD_MAGIC)
 		pdata[0] ^= 0xff;
 	if (bc == BAD_VERSION)
@@ -197,19 +413,16 @@ static int raw_client(enum bad_case bc, uint16_t port)
 		return rc == 1 && got == RDMA_CM_EVENT_REJECTED ? 0 : 15;
 	if (rc)
 		return 16;
+	if (is_literal_case(bc) && !rep_ok())
+		return 28;
 
 	n = craft(bc, mem[0]);
-	sge.addr = (uintptr_t)mem[0];
-	sge.length = (uint32_t)n;
-	sge.lkey = mr->lkey;
-	swr.wr_id = 0;
-	swr.sg_list = &sge;
-	swr.num_sge = 1;
-	swr.opcode = IBV_WR_SEND;
-	swr.send_flags = IBV_SEND_SIGNALED;
-	if (ibv_post_send(id->qp, &swr, &bad_s))
+	if (raw_send(id, mr, mem[0], n))
 		return 17;
-	/* the server must drop us: DISCONNECTED within a bounded time */
+	if (bc == LIT_VALID && (rc = raw_echo_and_bye(id, cq, mr, mem)))
+		return rc;
+	/* the server must drop us (or answer our disconnect): DISCONNECTED
+	 * within a bounded time */
 	for (i = 0; i < 3; i++) {
 		rc = wait_cm(ec, RDMA_CM_EVENT_DISCONNECTED, 10000, &got);
 		if (rc == 0)
@@ -231,7 +444,9 @@ struct server {
 	evr_ctx *ctx;
 	evr_listener *l;
 	int accepted;
-	int closes_eproto, closes_other;
+	/* on_close (or a failed on_connect) of the server's conns: -EPROTO,
+	 * -ESHUTDOWN (the peer said goodbye), anything else */
+	int closes_eproto, closes_shutdown, closes_other;
 };
 
 static void echo_sent(evr_conn *c, int status, void *arg)
@@ -258,6 +473,8 @@ static void srv_close(evr_conn *c, int status, void *arg)
 	(void)c;
 	if (status == -EPROTO)
 		srv->closes_eproto++;
+	else if (status == -ESHUTDOWN)
+		srv->closes_shutdown++;
 	else
 		srv->closes_other++;
 }
@@ -352,6 +569,107 @@ static void good_close(evr_conn *c, int status, void *arg)
 	g->closed++;
 }
 
+/* ---- a new connection after each bad peer ---- */
+
+#define PROBE_MSGS 2
+
+/* A fresh evrdma connection: one eager and one rendezvous message, each
+ * echoed and checked, then a graceful close. */
+struct probe {
+	int connects, connect_status;
+	int echoes, bad;
+	int closes, close_status;
+	uint8_t *buf[PROBE_MSGS];
+};
+
+static const size_t probe_len[PROBE_MSGS] = {1000, 30000};
+
+static void probe_connect(evr_conn *c, int status, void *arg)
+{
+	struct probe *p = arg;
+
+	p->connects++;
+	p->connect_status = status;
+	if (status)
+		return;
+	for (int i = 0; i < PROBE_MSGS; i++)
+		if (evr_send(c, p->buf[i], probe_len[i], NULL, NULL))
+			p->bad++;
+}
+
+static void probe_recv(evr_conn *c, const void *data, size_t len, void *arg)
+{
+	struct probe *p = arg;
+	int i = p->echoes++;
+
+	if (i >= PROBE_MSGS || len != probe_len[i] ||
+	    rt_verify(data, len, 1000 + (uint32_t)i) >= 0)
+		p->bad++;
+	if (p->echoes == PROBE_MSGS && evr_conn_close(c, 0))
+		p->bad++;
+}
+
+static void probe_close(evr_conn *c, int status, void *arg)
+{
+	struct probe *p = arg;
+
+	(void)c;
+	p->closes++;
+	p->close_status = status;
+}
+
+struct probe_wait {
+	struct probe *p;
+	struct server *srv;
+	int want_shutdown;
+};
+
+static int probe_done(void *arg)
+{
+	struct probe_wait *w = arg;
+
+	return (w->p->connects && w->p->connect_status) ||
+	       (w->p->closes && w->srv->closes_shutdown >= w->want_shutdown);
+}
+
+/* The server accepts a new connection and serves it; its end sees the
+ * goodbye (-ESHUTDOWN). */
+static void probe_run(struct ev_loop *loop, struct server *srv, uint16_t port,
+		      const char *after)
+{
+	struct probe p = {0};
+	struct probe_wait w = {&p, srv, srv->closes_shutdown + 1};
+	struct evr_conn_opts co;
+	int accepted = srv->accepted;
+
+	for (int i = 0; i < PROBE_MSGS; i++) {
+		p.buf[i] = malloc(probe_len[i]);
+		assert_non_null(p.buf[i]);
+		rt_fill(p.buf[i], probe_len[i], 1000 + (uint32_t)i);
+	}
+	evr_conn_opts_init(&co);
+	co.on_connect = probe_connect;
+	co.on_recv = probe_recv;
+	co.on_close = probe_close;
+	co.arg = &p;
+	assert_int_equal(evr_connect(srv->ctx, rt_addr(), port, &co, NULL), 0);
+	if (rt_run_until(loop, probe_done, &w, 20))
+		fail_msg("after '%s': a new connection did not finish in time "
+			 "(%d connects, %d echoes, %d closes)",
+			 after, p.connects, p.echoes, p.closes);
+	if (p.connect_status || p.bad || p.echoes != PROBE_MSGS ||
+	    p.close_status || p.closes != 1 || srv->accepted != accepted + 1)
+		fail_msg("after '%s': a new connection: connect %s, %d of %d "
+			 "echoes, %d bad, close %s, %d accepted",
+			 after, evr_err_name(p.connect_status), p.echoes,
+			 PROBE_MSGS, p.bad, evr_err_name(p.close_status),
+			 srv->accepted - accepted);
+	for (int i = 0; i < PROBE_MSGS; i++)
+		free(p.buf[i]);
+}
+
+/* ---- the test ---- */
+
 struct wait_child {
 	pid_t pid;
 	int status;
@@ -366,8 +684,9 @@ static int child_and_close(void *arg)
 
 	if (!w->done && waitpid(w->pid, &w->status, WNOHANG) == w->pid)
 		w->done = 1;
-	return w->done &&
-	       w->srv->closes_eproto + w->srv->closes_other >= w->want_closes;
+	return w->done && w->srv->closes_eproto + w->srv->closes_shutdown +
+				  w->srv->closes_other >=
+			      w->want_closes;
 }
 
 static int good_up(void *arg)
@@ -377,6 +696,54 @@ static int good_up(void *arg)
 	return g->up && g->echoed >= 10;
 }
 
+struct progress {
+	struct good *g;
+	uint32_t want;
+};
+
+/* The good connection is up and has echoed `want` messages. */
+static int good_progress(void *arg)
+{
+	struct progress *pr = arg;
+
+	return !pr->g->up || pr->g->echoed >= pr->want;
+}
+
+/* Echoes the good connection must make after each bad peer is dealt with. */
+#define GOOD_MORE 10
+
+/* Run the raw client of case bc in a child process until it exits and the
+ * server has closed its conn (if it had one). */
+static int run_raw_client(struct ev_loop *loop, struct server *srv,
+			  enum bad_case bc, uint16_t port)
+{
+	struct wait_child w = {0};
+	const char *self = rt_self_exe();
+
+	w.srv = srv;
+	w.want_closes = srv->closes_eproto + srv->closes_shutdown +
+			srv->closes_other + (is_handshake_case(bc) ? 0 : 1);
+	fflush(NULL);
+	w.pid = fork();
+	assert_true(w.pid >= 0);
+	if (w.pid == 0) {
+		/* a fresh process: verbs resources must not be shared across
+		 * fork() with the parent's rdma_cm state */
+		char a1[16], a2[16];
+
+		snprintf(a1, sizeof(a1), "%d", bc);
+		snprintf(a2, sizeof(a2), "%u", port);
+		execl(self, "t_badpeer", "--raw-client", a1, a2, (char *)NULL);
+		_exit(127);
+	}
+	if (rt_run_until(loop, child_and_close, &w, 40)) {
+		kill(w.pid, SIGKILL);
+		waitpid(w.pid, NULL, 0);
+		fail_msg("case '%s': no reaction in time", cases[bc].name);
+	}
+	return w.status;
+}
+
 static void test_bad_peers(void **state)
 {
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
@@ -384,9 +751,8 @@ static void test_bad_peers(void **state)
 	struct good *g = calloc(1, sizeof(*g));
 	struct evr_ctx_opts o;
 	struct evr_conn_opts co;
-	const char *self;
 	uint16_t port;
-	int bc;
+	int bc, probes = 0;
 
 	(void)state;
 	rt_ctx_opts(&o);
@@ -403,53 +769,55 @@ static void test_bad_peers(void **state)
 	co.arg = g;
 	assert_int_equal(evr_connect(srv.ctx, rt_addr(), port, &co, NULL), 0);
 	assert_int_equal(rt_run_until(loop, good_up, g, 20), 0);
+	assert_int_equal(srv.accepted, 1);
 
 	for (bc = 0; bc < BAD_NCASES; bc++) {
-		struct wait_child w = {0};
-		uint32_t before = g->echoed;
-		int closes = srv.closes_eproto;
+		enum expect x = cases[bc].expect;
+		struct progress pr = {g, 0};
+		uint32_t before = g->echoed, dealt;
+		int eproto = srv.closes_eproto, shut = srv.closes_shutdown;
+		int accepted = srv.accepted, status;
 
-		w.srv = &srv;
-		w.want_closes = srv.closes_eproto + srv.closes_other +
-				(is_handshake_case(bc) ? 0 : 1);
-		self = rt_self_exe();
-		fflush(NULL);
-		w.pid = fork();
-		assert_true(w.pid >= 0);
-		if (w.pid == 0) {
-			/* a fresh process: verbs resources must not be shared
-			 * across fork() with the parent's rdma_cm state */
-			char a1[16], a2[16];
-
-			snprintf(a1, sizeof(a1), "%d", bc);
-			snprintf(a2, sizeof(a2), "%u", port);
-			execl(self, "t_badpeer", "--raw-client", a1, a2,
-			      (char *)NULL);
-			_exit(127);
-		}
-		if (rt_run_until(loop, child_and_close, &w, 40)) {
-			kill(w.pid, SIGKILL);
-			waitpid(w.pid, NULL, 0);
-			fail_msg("case '%s': no reaction in time",
-				 case_names[bc]);
-		}
-		printf("# %-32s raw client exit %d, server closes with "
-		       "-EPROTO %d, good echoes %u\n",
-		       case_names[bc], WEXITSTATUS(w.status),
-		       srv.closes_eproto - closes, g->echoed - before);
-		assert_true(WIFEXITED(w.status));
-		assert_int_equal(WEXITSTATUS(w.status), 0);
-		if (!is_handshake_case(bc))
-			assert_int_equal(srv.closes_eproto, closes + 1);
+		status = run_raw_client(loop, &srv, (enum bad_case)bc, port);
+		dealt = g->echoed;
+		/* the good connection is untouched and keeps echoing:
+		 * GOOD_MORE echoes after the server is done with the peer,
+		 * so more than it had when the peer came */
+		pr.want = dealt + GOOD_MORE;
+		(void)rt_run_until(loop, good_progress, &pr, 10);
+		printf("# %-32s raw client exit %d, server: %d accepted, "
+		       "closes -EPROTO %d -ESHUTDOWN %d; good echoes %u "
+		       "meanwhile, %u after\n",
+		       cases[bc].name, WEXITSTATUS(status),
+		       srv.accepted - accepted, srv.closes_eproto - eproto,
+		       srv.closes_shutdown - shut, dealt - before,
+		       g->echoed - dealt);
+		if (!WIFEXITED(status) || WEXITSTATUS(status) ||
+		    srv.accepted != accepted + (x != X_REJECT) ||
+		    srv.closes_eproto != eproto + (x == X_EPROTO) ||
+		    srv.closes_shutdown != shut + (x == X_ECHO) ||
+		    srv.closes_other)
+			fail_msg("case '%s': raw client exit %d (want 0), "
+				 "server accepted %d (want %d), closes -EPROTO "
+				 "%d (want %d) -ESHUTDOWN %d (want %d), other "
+				 "closes so far %d (want 0)",
+				 cases[bc].name,
+				 WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+				 srv.accepted - accepted, x != X_REJECT,
+				 srv.closes_eproto - eproto, x == X_EPROTO,
+				 srv.closes_shutdown - shut, x == X_ECHO,
+				 srv.closes_other);
+		if (!g->up || g->closed || g->bad || g->echoed < pr.want)
+			fail_msg("after '%s': the good connection is %s, %d "
+				 "closes, %d bad, %u echoes (want %u)",
+				 cases[bc].name, g->up ? "up" : "down",
+				 g->closed, g->bad, g->echoed, pr.want);
+		/* the server still accepts and serves new connections */
+		probe_run(loop, &srv, port, cases[bc].name);
+		probes++;
 		assert_int_equal(srv.closes_other, 0);
-		/* the good connection is untouched and keeps echoing */
-		assert_true(g->up);
-		assert_int_equal(g->closed, 0);
-		assert_int_equal(g->bad, 0);
-		before = g->echoed;
-		assert_int_equal(rt_run_until(loop, good_up, g, 10), 0);
 	}
-	/* the server still accepts and serves new connections */
+	printf("# %d new connections served, one after each peer\n", probes);
 	evr_listener_close(srv.l);
 	evr_ctx_destroy(srv.ctx);
 	assert_int_equal(g->closed, 1); /* on_close(-ECANCELED) at destroy */

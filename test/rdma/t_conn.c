@@ -875,12 +875,96 @@ static int spin_until(struct ev_loop *loop, int (*pred)(void *), void *arg,
 	return 0;
 }
 
+/* The cases of test_close_connecting. */
+struct connecting_case {
+	const char *state; /* close once the conn is in it */
+	bool nobody;	   /* to an address where no host answers */
+};
+
+/*
+ * Connect, queue five sends and close the conn as soon as it is in the
+ * case's state; check what every callback says.  Returns false, after
+ * cleaning up, when the conn got past the state before the loop returned
+ * to us.
+ */
+static bool close_connecting_once(const struct connecting_case *k)
+{
+	struct duo d;
+	struct evr_ctx_opts so;
+	struct evr_conn_opts o;
+	struct state_wait w;
+	evr_conn *c;
+	double t0;
+
+	rt_ctx_opts(&so);
+	so.connect_timeout_ms = 2000;
+	duo_init(&d, &so);
+	end_opts(&d.cli, &o);
+	assert_int_equal(evr_connect(d.cctx, k->nobody ? NOBODY : rt_addr(),
+				     evr_listener_port(d.l), &o, &c),
+			 0);
+	/* sends queued before the connection */
+	d.cli.c = c;
+	d.cli.total = 5;
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(end_send(&d.cli), 0);
+	w = (struct state_wait){c, &d.cli, k->state};
+	while (!reached(&w))
+		ev_run(d.loop, EVRUN_ONCE);
+	if (d.cli.connects) {
+		/* it got through before we could catch the state */
+		duo_fini(&d);
+		return false;
+	}
+	t0 = rt_now();
+	assert_int_equal(evr_conn_close(c, 0), 0);
+	assert_int_equal(evr_conn_close(c, 0), -EALREADY);
+	assert_int_equal(d.cli.connects, 0);
+	assert_int_equal(spin_until(d.loop, duo_cli_connected, &d, 10), 0);
+	printf("# close while %s%s: on_connect %s after %.2f s\n", k->state,
+	       k->nobody ? " (nobody there)" : "",
+	       evr_err_name(d.cli.connect_status), rt_now() - t0);
+	assert_int_equal(d.cli.connect_status, -ECANCELED);
+	assert_true(rt_now() - t0 < 5);
+	/* a request that reached the server ends there too */
+	rt_run_for(d.loop, 0.5);
+	if (d.accepts)
+		assert_int_equal(rt_run_until(d.loop, server_settled, &d, 10),
+				 0);
+	printf("#   server end: %d request(s), accept %s, %d "
+	       "on_connect (%s), %d on_close\n",
+	       d.accepts, evr_err_name(d.accept_rc), d.srv.connects,
+	       evr_err_name(d.srv.connect_status), d.srv.closes);
+	assert_int_equal(d.cli.connects, 1);
+	assert_int_equal(d.cli.closes, 0);
+	/* the queued sends are canceled, each once */
+	end_assert_once(&d.cli);
+	assert_int_equal(d.cli.cb_canceled, 5);
+	assert_true(d.accepts <= 1);
+	assert_true(d.srv.connects <= 1);
+	assert_true(d.srv.closes <= 1);
+	if (d.accept_rc) /* a failed call fires no callback */
+		assert_int_equal(d.srv.connects, 0);
+	assert_int_equal(d.srv.events_after_end, 0);
+	if (d.srv.connects && d.srv.connect_status == 0)
+		assert_int_equal(d.srv.closes, 1);
+	duo_fini(&d);
+	return true;
+}
+
+/*
+ * Tries per case.  "resolving-addr" is caught every time (evr_connect
+ * returns in it) and "connecting" too (the server's answer needs a loop
+ * iteration of its own); "resolving-route" lasts from the address event
+ * to the route event, which the kernel may queue before the library's
+ * event handler returns, so that one is caught by chance: in 20 tries or
+ * the test fails, naming it.
+ */
+#define CONNECTING_TRIES 20
+
 static void test_close_connecting(void **state)
 {
-	static const struct {
-		const char *state; /* close once the conn is in it */
-		bool nobody;	   /* to an address where no host answers */
-	} cases[] = {
+	static const struct connecting_case cases[] = {
 	    {"resolving-addr", false},
 	    {"resolving-route", false},
 	    {"connecting", false},
@@ -889,70 +973,18 @@ static void test_close_connecting(void **state)
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct duo d;
-		struct evr_ctx_opts so;
-		struct evr_conn_opts o;
-		struct state_wait w;
-		evr_conn *c;
-		double t0;
+		int tries = 0;
 
-		rt_ctx_opts(&so);
-		so.connect_timeout_ms = 2000;
-		duo_init(&d, &so);
-		end_opts(&d.cli, &o);
-		assert_int_equal(
-		    evr_connect(d.cctx, cases[i].nobody ? NOBODY : rt_addr(),
-				evr_listener_port(d.l), &o, &c),
-		    0);
-		/* sends queued before the connection */
-		d.cli.c = c;
-		d.cli.total = 5;
-		for (int k = 0; k < 5; k++)
-			assert_int_equal(end_send(&d.cli), 0);
-		w = (struct state_wait){c, &d.cli, cases[i].state};
-		while (!reached(&w))
-			ev_run(d.loop, EVRUN_ONCE);
-		if (d.cli.connects) {
-			/* it got through before we could catch the state */
-			printf("# close while %s: missed the state\n",
-			       cases[i].state);
-			duo_fini(&d);
-			continue;
-		}
-		t0 = rt_now();
-		assert_int_equal(evr_conn_close(c, 0), 0);
-		assert_int_equal(evr_conn_close(c, 0), -EALREADY);
-		assert_int_equal(d.cli.connects, 0);
-		assert_int_equal(spin_until(d.loop, duo_cli_connected, &d, 10),
-				 0);
-		printf("# close while %s%s: on_connect %s after %.2f s\n",
-		       cases[i].state, cases[i].nobody ? " (nobody there)" : "",
-		       evr_err_name(d.cli.connect_status), rt_now() - t0);
-		assert_int_equal(d.cli.connect_status, -ECANCELED);
-		assert_true(rt_now() - t0 < 5);
-		/* a request that reached the server ends there too */
-		rt_run_for(d.loop, 0.5);
-		if (d.accepts)
-			assert_int_equal(
-			    rt_run_until(d.loop, server_settled, &d, 10), 0);
-		printf("#   server end: %d request(s), accept %s, %d "
-		       "on_connect (%s), %d on_close\n",
-		       d.accepts, evr_err_name(d.accept_rc), d.srv.connects,
-		       evr_err_name(d.srv.connect_status), d.srv.closes);
-		assert_int_equal(d.cli.connects, 1);
-		assert_int_equal(d.cli.closes, 0);
-		/* the queued sends are canceled, each once */
-		end_assert_once(&d.cli);
-		assert_int_equal(d.cli.cb_canceled, 5);
-		assert_true(d.accepts <= 1);
-		assert_true(d.srv.connects <= 1);
-		assert_true(d.srv.closes <= 1);
-		if (d.accept_rc) /* a failed call fires no callback */
-			assert_int_equal(d.srv.connects, 0);
-		assert_int_equal(d.srv.events_after_end, 0);
-		if (d.srv.connects && d.srv.connect_status == 0)
-			assert_int_equal(d.srv.closes, 1);
-		duo_fini(&d);
+		while (!close_connecting_once(&cases[i]))
+			if (++tries == CONNECTING_TRIES)
+				fail_msg("close while %s%s: never caught the "
+					 "state in %d tries",
+					 cases[i].state,
+					 cases[i].nobody ? " (nobody there)"
+							 : "",
+					 tries);
+		printf("#   (caught %s after %d miss(es))\n", cases[i].state,
+		       tries);
 	}
 }
 

@@ -622,8 +622,24 @@ static int srv_all_closed(void *arg)
 	       s->closes == s->up;
 }
 
+/* Every server conn came up and ended with a status its client's part
+ * explains: none failed while accepting (a client aborts only after its
+ * on_connect, by when it has sent the server the message that establishes
+ * the connection there, ahead of its disconnect),
+ * none with -ECANCELED (the server never aborts, and its ctx lives on) or
+ * any status other than 0, -ECONNRESET and -ESHUTDOWN. */
+static void srv_assert_clean(const struct srv *s)
+{
+	if (s->closed[1] || s->closed[4] || s->up_failed)
+		fail_msg("server: %u conns failed while accepting; closes "
+			 "0:%u ECANCELED:%u ECONNRESET:%u ESHUTDOWN:%u "
+			 "other:%u",
+			 s->up_failed, s->closed[0], s->closed[1], s->closed[2],
+			 s->closed[3], s->closed[4]);
+}
+
 /* After the clients: every server conn ends (the "leave" ones once the
- * kernel has torn down their peers), bounded. */
+ * kernel has torn down their peers), bounded, and cleanly. */
 static void srv_settle(struct srv *s, unsigned expect)
 {
 	ev_timer t;
@@ -636,6 +652,7 @@ static void srv_settle(struct srv *s, unsigned expect)
 	ev_timer_stop(s->loop, &t);
 	assert_true(srv_all_closed(s));
 	assert_int_equal(s->accepts, expect);
+	srv_assert_clean(s);
 }
 
 static int count_fds(void)

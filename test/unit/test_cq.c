@@ -479,6 +479,29 @@ static void test_wc_errno(void **state)
 		assert_int_equal(evr__wc_errno(cases[i].st), cases[i].err);
 }
 
+/* What a failed completion makes of its connection: a remote operational
+ * or abort error is the peer's end going away (-ECONNRESET); everything
+ * else keeps the op's status. */
+static void test_wc_conn_errno(void **state)
+{
+	static const enum ibv_wc_status same[] = {
+	    IBV_WC_WR_FLUSH_ERR,       IBV_WC_RETRY_EXC_ERR,
+	    IBV_WC_RESP_TIMEOUT_ERR,   IBV_WC_RNR_RETRY_EXC_ERR,
+	    IBV_WC_LOC_LEN_ERR,	       IBV_WC_LOC_PROT_ERR,
+	    IBV_WC_REM_ACCESS_ERR,     IBV_WC_REM_INV_REQ_ERR,
+	    IBV_WC_REM_INV_RD_REQ_ERR, IBV_WC_GENERAL_ERR,
+	    IBV_WC_FATAL_ERR,
+	};
+	size_t i;
+
+	(void)state;
+	assert_int_equal(evr__wc_conn_errno(IBV_WC_REM_OP_ERR), -ECONNRESET);
+	assert_int_equal(evr__wc_conn_errno(IBV_WC_REM_ABORT_ERR), -ECONNRESET);
+	for (i = 0; i < sizeof(same) / sizeof(same[0]); i++)
+		assert_int_equal(evr__wc_conn_errno(same[i]),
+				 evr__wc_errno(same[i]));
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
@@ -494,6 +517,7 @@ int main(void)
 	    T(test_arm_by_mode),
 	    T(test_adaptive_switch_up),
 	    cmocka_unit_test(test_wc_errno),
+	    cmocka_unit_test(test_wc_conn_errno),
 	};
 #undef T
 
