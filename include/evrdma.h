@@ -263,7 +263,13 @@ typedef void (*evr_imm_cb)(evr_conn *conn, uint32_t imm, void *arg);
  *  the peer closed gracefully (everything it sent was delivered first),
  *  -ECONNRESET when the peer went away without closing (it aborted, died
  *  or was destroyed), or the error that killed it (-EPROTO, -EIO,
- *  -ETIMEDOUT, ...).  The handle is freed when it returns. */
+ *  -ETIMEDOUT, ...).  -EIO is also what every conn on a completion queue
+ *  gets when polling that queue fails (logged as an error; the ctx's other
+ *  queues go on): its operations complete with -EIO at once, except those
+ *  whose work requests are on the device: they complete with -ECANCELED a
+ *  few seconds later, when their flushes can no longer be awaited, and
+ *  then on_close (or on_connect, for a conn still connecting) fires with
+ *  -EIO.  The handle is freed when it returns. */
 typedef void (*evr_close_cb)(evr_conn *conn, int status, void *arg);
 
 /** Queued send bytes fell below the low-watermark after the queue had

@@ -271,6 +271,7 @@ struct evr__cq {
 	unsigned reserved; /* CQEs the QPs on it may need */
 	unsigned unacked;  /* events not yet acknowledged */
 	bool armed;
+	bool broken;	   /* a poll failed: never polled, armed or used again */
 	unsigned nqp;
 };
 
