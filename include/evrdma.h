@@ -159,7 +159,9 @@ EVR_EXPORT struct ev_loop *evr_ctx_loop(evr_ctx *ctx);
 /** Name of the RDMA device the ctx is bound to ("rxe0"; "" until bound). */
 EVR_EXPORT const char *evr_ctx_device(const evr_ctx *ctx);
 
-/** Switch the completion mode at run time. */
+/** Switch the completion mode at run time.  A call that changes the mode
+ *  in effect counts in evr_stats.mode_switches; the mode-switch callback
+ *  is not called for it. */
 EVR_EXPORT int evr_ctx_set_mode(evr_ctx *ctx, enum evr_mode mode);
 /** The mode currently in effect (EVENT or POLL while ADAPTIVE). */
 EVR_EXPORT enum evr_mode evr_ctx_mode(const evr_ctx *ctx);
@@ -173,7 +175,10 @@ struct evr_stats {
 	uint64_t send_wrs;	  /**< send WRs posted */
 	uint64_t signaled_wrs;	  /**< of which signaled */
 	uint64_t recv_wrs;	  /**< receive WRs posted */
-	uint64_t mode_switches;	  /**< adaptive EVENT<->POLL switches */
+	/** Changes of the mode in effect (EVENT<->POLL), each counted once:
+	 *  those ADAPTIVE makes (also reported by evr_ctx_on_mode_switch())
+	 *  and those evr_ctx_set_mode() makes. */
+	uint64_t mode_switches;
 	uint64_t msgs_sent, msgs_recv;
 	uint64_t bytes_sent, bytes_recv;
 	uint64_t rndv_sent, rndv_recv;
@@ -189,7 +194,8 @@ struct evr_stats {
 
 EVR_EXPORT void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out);
 
-/** Called on each adaptive mode switch (from loop processing). */
+/** Called on each switch ADAPTIVE makes (from loop processing), not for
+ *  evr_ctx_set_mode(). */
 typedef void (*evr_mode_cb)(evr_ctx *ctx, enum evr_mode now, void *arg);
 EVR_EXPORT void evr_ctx_on_mode_switch(evr_ctx *ctx, evr_mode_cb cb,
 				       void *arg);
@@ -265,8 +271,14 @@ typedef void (*evr_imm_cb)(evr_conn *conn, uint32_t imm, void *arg);
  *  -ECONNRESET when the peer went away without closing (it aborted, died
  *  or was destroyed; also when a send in flight learns of it first, from
  *  the remote error of a peer whose end is being torn down), or the error
- *  that killed it (-EPROTO, -EIO, -ETIMEDOUT, ...).  The handle is freed
- *  when it returns. */
+ *  that killed it (-EPROTO, -EIO, -ETIMEDOUT, ...).  -EIO is also what
+ *  every conn on a completion queue gets when polling that queue fails
+ *  (logged as an error; the ctx's other queues go on): its operations
+ *  complete with -EIO at once, except those whose work requests are on the
+ *  device: they complete with -ECANCELED a few seconds later, when their
+ *  flushes can no longer be awaited, and then on_close (or on_connect, for
+ *  a conn still connecting) fires with -EIO.  The handle is freed when it
+ *  returns. */
 typedef void (*evr_close_cb)(evr_conn *conn, int status, void *arg);
 
 /** Queued send bytes fell below the low-watermark after the queue had

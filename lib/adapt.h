@@ -9,6 +9,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct evr_ctx_opts;
+
+/* The rate window: wakeups are counted over this long. */
+#define EVR_ADAPT_WINDOW_US 10000
+/* POLL -> EVENT also needs this many empty loop iterations (each up to
+ * EVR_POLL_SPIN passes) since the last completion: a process that was not
+ * running for quiet_us has not seen the peer go quiet
+ * (EVR_ADAPT_QUIET_POLLS; 0 leaves the time rule alone). */
+#define EVR_ADAPT_QUIET_POLLS 16
+
 struct evr__adapt_cfg {
 	uint32_t up_rate;  /* wakeups per second that switch EVENT -> POLL */
 	uint32_t up_batch; /* completions in one wakeup that switch */
@@ -27,6 +37,11 @@ struct evr__adapt {
 	uint64_t switches;
 };
 
+/* The configuration a ctx runs with: the thresholds of its options, the
+ * fixed window and quiet polls, then the EVR_ADAPT_* environment
+ * overrides.  The one place that fills it, for the library and its tests. */
+void evr__adapt_cfg_from_opts(struct evr__adapt_cfg *cfg,
+			      const struct evr_ctx_opts *opts);
 void evr__adapt_init(struct evr__adapt *a, const struct evr__adapt_cfg *cfg,
 		     uint64_t now_ns);
 /* In EVENT mode: one completion-channel wakeup that found ncqe

@@ -13,6 +13,16 @@
  * sum of (SQ depth + RQ depth) of its QPs, so it cannot overflow: every
  * outstanding WR has a CQE slot.  When a QP would break that bound the CQ
  * is resized, and when resizing is impossible a new CQ is created.
+ *
+ * A failing ibv_poll_cq means the CQ is unusable (the device or provider
+ * gave up on it) and the completions in it are lost.  It is logged with
+ * its errno, the CQ is marked broken -- never polled, armed or given to a
+ * new QP again -- and every connection on it fails with -EIO, as for the
+ * device's async CQ error.  Their ops still complete exactly once: with
+ * -EIO at once, except those with a WR on the device, which end with
+ * -ECANCELED when the conn's flush bound has passed (their flush
+ * completions cannot come); on_close (or on_connect) reports -EIO.  The
+ * other CQs of the ctx go on.
  */
 #include "evrdma-int.h"
 
@@ -74,6 +84,8 @@ int evr__cq_attach(evr_ctx *ctx, unsigned need, struct evr__cq **out)
 	evr__list_for_each_safe(pos, tmp, &ctx->cqs)
 	{
 		c = evr__container_of(pos, struct evr__cq, link);
+		if (c->broken)
+			continue;
 		if (cq_needed(c->reserved + need) <= c->cqe)
 			goto found;
 		if (!grow && cq_needed(c->reserved + need) <= max)
@@ -219,18 +231,40 @@ void evr__dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc)
 		evr__conn_dirty(c);
 }
 
+/* The CQ failed (see the top of the file): fail every conn on it. */
+static void cq_break(evr_ctx *ctx, struct evr__cq *cq, int err)
+{
+	struct evr__list *pos, *tmp;
+
+	EVR_ERR(ctx, "ibv_poll_cq failed: %s (%s): failing the %u QP(s) on "
+		     "that CQ with EIO",
+		evr_strerror(err), evr_err_name(err), cq->nqp);
+	cq->broken = true;
+	evr__list_for_each_safe(pos, tmp, &ctx->conns)
+	{
+		evr_conn *c = evr__container_of(pos, evr_conn, link);
+
+		if (c->cq == cq)
+			evr__conn_fail(c, -EIO);
+	}
+}
+
 static unsigned cq_drain(evr_ctx *ctx, struct evr__cq *c, unsigned budget)
 {
 	struct ibv_wc wc[EVR_CQ_BATCH];
 	unsigned total = 0;
 	int n, i;
 
+	if (c->broken)
+		return 0;
 	do {
 		n = evr__poll_cq(c->cq, EVR_CQ_BATCH, wc);
 		ctx->st.polls++;
-		if (n <= 0) {
-			if (n < 0)
-				EVR_ERR(ctx, "ibv_poll_cq failed");
+		if (n < 0) {
+			cq_break(ctx, c, n);
+			break;
+		}
+		if (n == 0) {
 			ctx->st.empty_polls++;
 			break;
 		}
@@ -274,7 +308,7 @@ int evr__cq_arm_all(evr_ctx *ctx)
 		struct evr__cq *c = evr__container_of(pos, struct evr__cq,
 						      link);
 
-		if (c->armed)
+		if (c->armed || c->broken)
 			continue;
 		if (evr__req_notify_cq(c->cq, 0)) {
 			EVR_ERR(ctx, "ibv_req_notify_cq failed");

@@ -560,14 +560,7 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 
 	ctx->mode = opts->mode;
 	ctx->polling = opts->mode == EVR_MODE_POLL;
-	acfg.up_rate = evr__env_uint("EVR_ADAPT_UP_RATE", opts->adapt_up_rate);
-	acfg.up_batch = evr__env_uint("EVR_ADAPT_UP_BATCH",
-				      opts->adapt_up_batch);
-	acfg.quiet_us = evr__env_uint("EVR_ADAPT_QUIET_US",
-				      opts->adapt_quiet_us);
-	acfg.window_us = 10000;
-	acfg.quiet_polls = evr__env_uint("EVR_ADAPT_QUIET_POLLS",
-					 EVR_ADAPT_QUIET_POLLS);
+	evr__adapt_cfg_from_opts(&acfg, opts);
 	evr__adapt_init(&ctx->adapt, &acfg, evr__loop_ns(ctx));
 	ctx->poll_spin = evr__env_uint("EVR_POLL_SPIN", EVR_POLL_SPIN);
 

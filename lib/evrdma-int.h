@@ -271,6 +271,7 @@ struct evr__cq {
 	unsigned reserved; /* CQEs the QPs on it may need */
 	unsigned unacked;  /* events not yet acknowledged */
 	bool armed;
+	bool broken;	   /* a poll failed: never polled, armed or used again */
 	unsigned nqp;
 };
 
@@ -464,11 +465,6 @@ static inline uint64_t evr__loop_ns(evr_ctx *ctx)
 }
 /* Empty CQ poll passes per loop iteration in POLL mode (EVR_POLL_SPIN). */
 #define EVR_POLL_SPIN 64
-/* POLL -> EVENT also needs this many empty loop iterations (each up to
- * EVR_POLL_SPIN passes) since the last completion: a process that was not
- * running for quiet_us has not seen the peer go quiet
- * (EVR_ADAPT_QUIET_POLLS). */
-#define EVR_ADAPT_QUIET_POLLS 16
 int evr__set_nonblock(int fd);
 unsigned evr__env_uint(const char *name, unsigned dflt);
 

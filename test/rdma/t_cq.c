@@ -11,9 +11,10 @@
  * overflow would surface as an async CQ error (logged, connections failed
  * with -EIO) or as lost completions; so the test counts every callback
  * (exactly once, status 0), checks every byte, watches the log for
- * warnings and checks the CQ accounting on each loop iteration.  A second
- * case runs the same traffic in EVENT mode, in POLL mode and in EVENT mode
- * again and expects the same counts each time.
+ * warnings and checks the CQ accounting on each loop iteration.  The
+ * round in ADAPTIVE mode must go to POLL: its first wakeup finds the whole
+ * pile.  A second case runs the same traffic in EVENT mode, in POLL mode
+ * and in EVENT mode again and expects the same counts each time.
  */
 #include "rt.h"
 
@@ -64,6 +65,7 @@ struct world {
 	int cq_checks;	    /* CQ accounting checks made */
 	int cq_bad;	    /* ... that found less than 20 % headroom */
 	uint32_t max_reserved;
+	int to_poll, to_event; /* adaptive switches reported */
 };
 
 static void log_fn(enum evr_log_level lvl, const char *msg, void *arg)
@@ -74,6 +76,17 @@ static void log_fn(enum evr_log_level lvl, const char *msg, void *arg)
 		w->log_warn++;
 		fprintf(stderr, "    library: %s\n", msg);
 	}
+}
+
+static void on_mode(evr_ctx *ctx, enum evr_mode now, void *arg)
+{
+	struct world *w = arg;
+
+	(void)ctx;
+	if (now == EVR_MODE_POLL)
+		w->to_poll++;
+	else
+		w->to_event++;
 }
 
 static void check_cq(struct world *w)
@@ -428,25 +441,47 @@ static struct tally run_round(struct world *w)
 static void test_many_qps_full_queues(void **state)
 {
 	struct world *w = calloc(1, sizeof(*w));
-	struct evr_stats st;
+	struct evr_stats st, st0;
 	struct tally t;
 	int r;
 
 	(void)state;
 	world_init(w, MAXPAIRS, EVR_MODE_ADAPTIVE);
+	evr_ctx_on_mode_switch(w->ctx, on_mode, w);
 	evr_ctx_stats(w->ctx, &st);
 	/* 48 QPs of 64 + 16 WRs did not fit the first CQ */
 	assert_true(st.cq_resizes > 0);
 	assert_true(st.cq_capacity * 5ull >= st.cq_reserved * 6ull);
 	/* once through the completion channel, once adaptively */
 	for (r = 0; r < 2; r++) {
+		int up0 = w->to_poll, down0 = w->to_event;
+
 		assert_int_equal(evr_ctx_set_mode(w->ctx, r ? EVR_MODE_ADAPTIVE
 							    : EVR_MODE_EVENT),
 				 0);
+		/* EVENT was in effect and stays: no switch */
+		assert_int_equal(evr_ctx_mode(w->ctx), EVR_MODE_EVENT);
+		evr_ctx_stats(w->ctx, &st0);
 		t = run_round(w);
+		evr_ctx_stats(w->ctx, &st);
 		assert_int_equal(t.cbs, 2 * MAXPAIRS * (NWRITE + NSEND));
 		assert_int_equal(t.recvs, 2 * MAXPAIRS * NSEND);
 		assert_int_equal(t.bad, 0);
+		printf("    %s round: %d switches to POLL, %d to EVENT\n",
+		       r ? "adaptive" : "event", w->to_poll - up0,
+		       w->to_event - down0);
+		if (r) {
+			/* thousands of completions in the first wakeup, far
+			 * above adapt_up_batch: POLL */
+			assert_true(w->to_poll - up0 >= 1);
+		} else {
+			assert_int_equal(w->to_poll - up0, 0);
+			assert_int_equal(w->to_event - down0, 0);
+		}
+		/* each adaptive switch is counted once, and nothing else
+		 * switched */
+		assert_int_equal(st.mode_switches - st0.mode_switches,
+				 (w->to_poll - up0) + (w->to_event - down0));
 	}
 	evr_ctx_stats(w->ctx, &st);
 	printf("    %llu completions, %llu wakeups, %llu polls, "

@@ -504,14 +504,20 @@ static void test_one_way(void **state)
 	       OW_MSGS, dt, (unsigned long long)sst.credit_updates,
 	       (unsigned long long)cst.credit_updates);
 	/* The receiver sent no message of its own: every credit the sender
-	 * got back (OW_MSGS of them, less the depth it started with) came
-	 * in updates, each worth at most `depth`. */
+	 * got back came in updates.  The sender sends data only, which
+	 * leaves the last 2 credits alone (kept for control messages,
+	 * lib/credit.h): at most depth - 2 of its credits are ever out, so
+	 * no update returns more, and it needed OW_MSGS - (depth - 2) back. */
 	assert_int_equal(sst.msgs_sent, 0);
 	assert_int_equal(sst.msgs_recv, OW_MSGS);
-	assert_true(sst.credit_updates > 0);
-	assert_true(sst.credit_updates * depth >= OW_MSGS - depth);
-	/* Each update is worth a quarter of the queue, not one message... */
-	assert_true(sst.credit_updates <= OW_MSGS / 2);
+	assert_true(sst.credit_updates * (depth - 2) >= OW_MSGS - (depth - 2));
+	/* Each update is worth a quarter of the queue, not one message: one
+	 * goes out only once depth / 4 credits are owed (lib/credit.h; the
+	 * rule for a starved peer asks for more here, where nothing is held
+	 * and all depth receives are posted again at once), and it carries
+	 * all that are owed.  The receiver owed one credit per message it
+	 * took, OW_MSGS in all, so at most OW_MSGS / (depth / 4) updates... */
+	assert_true(sst.credit_updates <= OW_MSGS / (depth / 4));
 	/* ...and updates do not echo: the sender's data carries the credits
 	 * for the receives the updates consumed. */
 	assert_int_equal(cst.credit_updates, 0);

@@ -4,6 +4,9 @@
  * POLL and ADAPTIVE (each switch back to EVENT arms the CQs and polls once
  * more), and ADAPTIVE must go to POLL under load and back to EVENT when the
  * load stops, reporting each switch through the callback and the stats.
+ * evr_stats.mode_switches counts every change of the mode in effect, the
+ * forced ones and the adaptive ones, each exactly once; the callback
+ * reports the adaptive ones only.
  */
 #include "rt_pair.h"
 
@@ -57,6 +60,7 @@ struct toggler {
 	ev_timer t;
 	unsigned n;
 	unsigned event_switches; /* switches that had to arm + re-poll */
+	unsigned forced;	 /* calls that changed the mode in effect */
 };
 
 static void on_toggle(struct ev_loop *loop, ev_timer *w, int revents)
@@ -67,10 +71,13 @@ static void on_toggle(struct ev_loop *loop, ev_timer *w, int revents)
 
 	(void)loop;
 	(void)revents;
-	if (seq[tg->n % 4] == EVR_MODE_EVENT &&
-	    evr_ctx_mode(tg->ctx) == EVR_MODE_POLL)
+	enum evr_mode before = evr_ctx_mode(tg->ctx);
+
+	if (seq[tg->n % 4] == EVR_MODE_EVENT && before == EVR_MODE_POLL)
 		tg->event_switches++;
 	assert_int_equal(evr_ctx_set_mode(tg->ctx, seq[tg->n % 4]), 0);
+	if (evr_ctx_mode(tg->ctx) != before)
+		tg->forced++;
 	tg->n++;
 }
 
@@ -86,11 +93,29 @@ static int got_n(void *arg)
 	return t->f->got >= t->n;
 }
 
+struct switches {
+	int to_poll, to_event;
+	enum evr_mode last;
+};
+
+static void on_switch(evr_ctx *ctx, enum evr_mode now, void *arg)
+{
+	struct switches *sw = arg;
+
+	(void)ctx;
+	if (now == EVR_MODE_POLL)
+		sw->to_poll++;
+	else
+		sw->to_event++;
+	sw->last = now;
+}
+
 static void test_forced_switches(void **state)
 {
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct flow *f = calloc(1, sizeof(*f));
 	struct toggler tg = {0};
+	struct switches sw = {0};
 	struct target tgt = {f, 20000};
 	struct evr_stats st0, st1;
 	struct rt_pair p;
@@ -102,6 +127,8 @@ static void test_forced_switches(void **state)
 	p.cli_opts.on_recv = cli_recv;
 	p.srv_opts.on_recv = srv_recv;
 	rt_pair_connect(&p);
+	/* a quarter of the time the mode is ADAPTIVE and may switch itself */
+	evr_ctx_on_mode_switch(p.ctx, on_switch, &sw);
 	evr_ctx_stats(p.ctx, &st0);
 
 	tg.ctx = p.ctx;
@@ -126,16 +153,22 @@ static void test_forced_switches(void **state)
 	assert_int_equal(rt_run_until(loop, got_n, &tgt, 120), 0);
 	ev_timer_stop(loop, &tg.t);
 	evr_ctx_stats(p.ctx, &st1);
-	printf("# window 16: %u messages in total, %u forced switches, "
-	       "stats: %llu mode switches, %llu wakeups, %llu polls\n",
-	       f->got, tg.n,
+	printf("# window 16: %u messages in total, %u evr_ctx_set_mode calls "
+	       "(%u changed the mode), %d + %d adaptive switches, stats: %llu "
+	       "mode switches, %llu wakeups, %llu polls\n",
+	       f->got, tg.n, tg.forced, sw.to_poll, sw.to_event,
 	       (unsigned long long)(st1.mode_switches - st0.mode_switches),
 	       (unsigned long long)(st1.wakeups - st0.wakeups),
 	       (unsigned long long)(st1.polls - st0.polls));
 	assert_int_equal(f->bad, 0);
 	assert_true(tg.n >= 1000);
 	assert_true(tg.event_switches >= 250);
-	assert_true(st1.mode_switches - st0.mode_switches >= 500);
+	/* POLL after EVENT and EVENT after POLL in every round of four */
+	assert_true(tg.forced >= 2 * (tg.n / 4));
+	/* every change of the mode in effect counts, once: the forced ones
+	 * and those ADAPTIVE made in between */
+	assert_int_equal(st1.mode_switches - st0.mode_switches,
+			 tg.forced + (unsigned)(sw.to_poll + sw.to_event));
 	/* stop sending, drain what is in flight, then close cleanly */
 	f->window = 0;
 	tgt.n = f->sent;
@@ -145,23 +178,6 @@ static void test_forced_switches(void **state)
 	rt_pair_fini(&p);
 	free(f);
 	ev_loop_destroy(loop);
-}
-
-struct switches {
-	int to_poll, to_event;
-	enum evr_mode last;
-};
-
-static void on_switch(evr_ctx *ctx, enum evr_mode now, void *arg)
-{
-	struct switches *sw = arg;
-
-	(void)ctx;
-	if (now == EVR_MODE_POLL)
-		sw->to_poll++;
-	else
-		sw->to_event++;
-	sw->last = now;
 }
 
 static int in_event(void *arg)
@@ -175,7 +191,7 @@ static void test_adaptive_follows_load(void **state)
 	struct flow *f = calloc(1, sizeof(*f));
 	struct switches sw = {0};
 	struct target tgt = {f, 0};
-	struct evr_stats st0, st1;
+	struct evr_stats st0, st1, sta;
 	struct rt_pair p;
 	double t0;
 
@@ -186,6 +202,7 @@ static void test_adaptive_follows_load(void **state)
 	p.srv_opts.on_recv = srv_recv;
 	rt_pair_connect(&p);
 	evr_ctx_on_mode_switch(p.ctx, on_switch, &sw);
+	evr_ctx_stats(p.ctx, &sta);
 	/* idle: EVENT */
 	rt_run_for(loop, 0.2);
 	assert_int_equal(evr_ctx_mode(p.ctx), EVR_MODE_EVENT);
@@ -207,6 +224,10 @@ static void test_adaptive_follows_load(void **state)
 	       sw.to_poll, sw.to_event, (rt_now() - t0) * 1e3);
 	assert_true(sw.to_event >= 1);
 	assert_int_equal(sw.last, EVR_MODE_EVENT);
+	/* the stats counted each of them, once */
+	evr_ctx_stats(p.ctx, &st1);
+	assert_int_equal(st1.mode_switches - sta.mode_switches,
+			 (uint64_t)(sw.to_poll + sw.to_event));
 
 	/* idle again: no spinning -- polls stay flat, no wakeups */
 	evr_ctx_stats(p.ctx, &st0);

@@ -87,12 +87,13 @@ int evr__poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	int i;
 
-	(void)cq;
 	if (mock.poll_calls < MOCK_MAX_CALLS)
 		mock.poll_n[mock.poll_calls] = n;
 	mock.poll_calls++;
-	if (mock.poll_rc < 0)
+	if (mock.poll_rc < 0 && (!mock.poll_rc_cq || mock.poll_rc_cq == cq)) {
+		mock.poll_failed++;
 		return mock.poll_rc;
+	}
 	for (i = 0; i < n && mock.wc_head < mock.wc_tail; i++)
 		wc[i] = mock.wc[mock.wc_head++];
 	mock.wc_dispensed += (unsigned)i;

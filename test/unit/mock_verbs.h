@@ -11,7 +11,8 @@
  *                *bad pointing at a chosen WR.
  *   post_recv    counts calls and WRs; fails on demand.
  *   poll_cq      hands out scripted work completions from a FIFO, at most
- *                n per call, and records every n it was asked for.  WCs
+ *                n per call, and records every n it was asked for; fails
+ *                on demand, on every CQ or on one.  WCs
  *                queued with mock_wc_after_arm() become visible only when
  *                req_notify_cq is next called: the completion that lands
  *                between the last empty poll and the arm.
@@ -58,7 +59,9 @@ struct mock_verbs {
 	unsigned wc_head, wc_tail;
 	struct ibv_wc wc_arm[MOCK_MAX_WC]; /* visible after the next arm */
 	unsigned wc_arm_n;
-	int poll_rc; /* scripted: negative fails every call */
+	int poll_rc; /* scripted: negative fails every call ... */
+	struct ibv_cq *poll_rc_cq; /* ... on this CQ only, if set */
+	unsigned poll_failed;	   /* calls that returned poll_rc */
 
 	/* evr__req_notify_cq */
 	unsigned notify_calls;

@@ -10,6 +10,11 @@
  * stay under quiet_us and drops exactly at quiet_us, and only after enough
  * empty polls (a pause of our own is not a quiet peer); a load inside the
  * hysteresis band never flaps; the switch counter and evr__adapt_force.
+ *
+ * Every case runs with the configuration a ctx gets from the default
+ * options, through the library's own evr__adapt_cfg_from_opts(); the
+ * environment overrides it reads are cleared first.  quiet_polls 0 (the
+ * time rule alone, EVR_ADAPT_QUIET_POLLS=0) has a case of its own.
  */
 #include "config.h"
 
@@ -23,6 +28,7 @@
 #include <cmocka.h>
 
 #include "adapt.h"
+#include "evrdma.h"
 
 #define US	     1000ull
 #define MS	     1000000ull
@@ -30,13 +36,35 @@
 #define T0	     (5 * SEC) /* the clock does not start at 0 */
 #define POLL_STEP_NS (5 * US)
 
-/* The library's defaults (evr_ctx_opts_init, ctx.c). */
-static const struct evr__adapt_cfg dflt = {
-    .up_rate = 2000,
-    .up_batch = 16,
-    .quiet_us = 1000,
-    .window_us = 10000,
+/* What a ctx with the default options runs with, filled in main(). */
+static struct evr__adapt_cfg dflt;
+
+static const char *const env_vars[] = {
+    "EVR_ADAPT_UP_RATE",
+    "EVR_ADAPT_UP_BATCH",
+    "EVR_ADAPT_QUIET_US",
+    "EVR_ADAPT_QUIET_POLLS",
 };
+
+static void cfg_default(struct evr__adapt_cfg *cfg)
+{
+	struct evr_ctx_opts o;
+
+	evr_ctx_opts_init(&o);
+	evr__adapt_cfg_from_opts(cfg, &o);
+}
+
+/* quiet_polls - 1 empty polls spread over [from, until), none of which
+ * may switch: the caller's next empty poll is the quiet_polls-th. */
+static void empty_polls(struct evr__adapt *a, uint64_t from, uint64_t until)
+{
+	uint32_t n = a->cfg.quiet_polls, i;
+
+	assert_true(until > from);
+	for (i = 0; i + 1 < n; i++)
+		assert_false(
+		    evr__adapt_poll(a, from + (until - from) * i / n, 0));
+}
 
 struct sim {
 	struct evr__adapt a;
@@ -127,6 +155,50 @@ static uint64_t *steady(double rate, uint64_t dur, unsigned jit_pct, size_t *n)
 	}
 	*n = k;
 	return at;
+}
+
+/* The configuration of a default ctx is the one README documents, and
+ * each EVR_ADAPT_* variable overrides its field (a malformed one is
+ * ignored). */
+static void test_defaults(void **state)
+{
+	struct evr__adapt_cfg cfg;
+	struct evr_ctx_opts o;
+
+	(void)state;
+	assert_int_equal(dflt.up_rate, 2000);
+	assert_int_equal(dflt.up_batch, 16);
+	assert_int_equal(dflt.quiet_us, 1000);
+	assert_int_equal(dflt.window_us, 10000);
+	assert_int_equal(dflt.quiet_polls, 16);
+
+	/* the options' thresholds go through */
+	evr_ctx_opts_init(&o);
+	o.adapt_up_rate = 7;
+	o.adapt_up_batch = 8;
+	o.adapt_quiet_us = 9;
+	evr__adapt_cfg_from_opts(&cfg, &o);
+	assert_int_equal(cfg.up_rate, 7);
+	assert_int_equal(cfg.up_batch, 8);
+	assert_int_equal(cfg.quiet_us, 9);
+	assert_int_equal(cfg.quiet_polls, dflt.quiet_polls);
+
+	/* the environment overrides them */
+	setenv("EVR_ADAPT_UP_RATE", "100", 1);
+	setenv("EVR_ADAPT_UP_BATCH", "200", 1);
+	setenv("EVR_ADAPT_QUIET_US", "300", 1);
+	setenv("EVR_ADAPT_QUIET_POLLS", "0", 1);
+	evr__adapt_cfg_from_opts(&cfg, &o);
+	assert_int_equal(cfg.up_rate, 100);
+	assert_int_equal(cfg.up_batch, 200);
+	assert_int_equal(cfg.quiet_us, 300);
+	assert_int_equal(cfg.quiet_polls, 0);
+	assert_int_equal(cfg.window_us, dflt.window_us);
+	setenv("EVR_ADAPT_QUIET_POLLS", "many", 1);
+	evr__adapt_cfg_from_opts(&cfg, &o);
+	assert_int_equal(cfg.quiet_polls, dflt.quiet_polls);
+	for (size_t i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++)
+		unsetenv(env_vars[i]);
 }
 
 static void test_light_load_stays_event(void **state)
@@ -229,9 +301,11 @@ static void test_quiet_switches_down_exactly(void **state)
 		evr__adapt_init(&a, &cfg, T0);
 		assert_true(evr__adapt_wakeup(&a, T0 + 2 * MS, cfg.up_batch));
 		assert_false(evr__adapt_poll(&a, last, 3));
-		/* empty polls: still POLL right up to quiet_us ... */
-		for (t = last + 1; t < last + q; t += q / 7 + 1)
+		/* empty polls: still POLL right up to quiet_us, though enough
+		 * of them have been made ... */
+		for (t = last + 1; t < last + q; t += q / 64 + 1)
 			assert_false(evr__adapt_poll(&a, t, 0));
+		assert_true(a.empty_polls >= cfg.quiet_polls);
 		assert_false(evr__adapt_poll(&a, last + q - 1, 0));
 		assert_true(a.polling);
 		/* ... and EVENT at exactly quiet_us */
@@ -250,13 +324,13 @@ static void test_quiet_switches_down_exactly(void **state)
  * may come long after quiet_us; a completion found in between starts over. */
 static void test_quiet_needs_empty_polls(void **state)
 {
-	struct evr__adapt_cfg cfg = dflt;
+	const struct evr__adapt_cfg cfg = dflt;
 	struct evr__adapt a;
 	uint64_t t = T0 + 2 * MS, q = dflt.quiet_us * US;
 	unsigned i;
 
 	(void)state;
-	cfg.quiet_polls = 16;
+	assert_true(cfg.quiet_polls > 1);
 	evr__adapt_init(&a, &cfg, T0);
 	assert_true(evr__adapt_wakeup(&a, t, cfg.up_batch));
 	/* a 4 ms pause of our own, then empty polls 1 us apart */
@@ -282,6 +356,29 @@ static void test_quiet_needs_empty_polls(void **state)
 	assert_true(evr__adapt_poll(&a, t + q, 0));
 }
 
+/* quiet_polls 0 (EVR_ADAPT_QUIET_POLLS=0, a supported setting) leaves
+ * the time rule alone: the first empty poll at quiet_us switches down,
+ * however few polls came before it. */
+static void test_quiet_time_only(void **state)
+{
+	struct evr__adapt_cfg cfg = dflt;
+	struct evr__adapt a;
+	uint64_t up = T0 + 5 * SEC, q = dflt.quiet_us * US;
+
+	(void)state;
+	cfg.quiet_polls = 0;
+	evr__adapt_init(&a, &cfg, T0);
+	assert_true(evr__adapt_wakeup(&a, up, cfg.up_batch));
+	assert_false(evr__adapt_poll(&a, up + q - 1, 0));
+	assert_true(evr__adapt_poll(&a, up + q, 0));
+	assert_int_equal(a.switches, 2);
+	/* a completion found still restarts the quiet time */
+	assert_true(evr__adapt_wakeup(&a, up + 2 * q, cfg.up_batch));
+	assert_false(evr__adapt_poll(&a, up + 3 * q, 1));
+	assert_false(evr__adapt_poll(&a, up + 4 * q - 1, 0));
+	assert_true(evr__adapt_poll(&a, up + 4 * q, 0));
+}
+
 /* The quiet time counts from the switch up, not from an earlier
  * completion: a burst after a long silence must not drop straight back. */
 static void test_quiet_counts_from_switch(void **state)
@@ -292,6 +389,7 @@ static void test_quiet_counts_from_switch(void **state)
 	(void)state;
 	evr__adapt_init(&a, &dflt, T0);
 	assert_true(evr__adapt_wakeup(&a, up, 100));
+	empty_polls(&a, up, up + dflt.quiet_us * US - 1);
 	assert_false(evr__adapt_poll(&a, up + dflt.quiet_us * US - 1, 0));
 	assert_true(evr__adapt_poll(&a, up + dflt.quiet_us * US, 0));
 }
@@ -310,6 +408,7 @@ static void test_quiet_counts_from_rate_switch(void **state)
 	for (k = 0; k < 19; k++)
 		assert_false(evr__adapt_wakeup(&a, t += 100 * US, 0));
 	assert_true(evr__adapt_wakeup(&a, t += 100 * US, 0));
+	empty_polls(&a, t, t + dflt.quiet_us * US - 1);
 	assert_false(evr__adapt_poll(&a, t + dflt.quiet_us * US - 1, 0));
 	assert_true(evr__adapt_poll(&a, t + dflt.quiet_us * US, 0));
 }
@@ -327,6 +426,7 @@ static void test_window_restarts_after_down(void **state)
 	for (k = 0; k < 19; k++)
 		assert_false(evr__adapt_wakeup(&a, t += 50 * US, 1));
 	assert_true(evr__adapt_wakeup(&a, t += 50 * US, 1));
+	empty_polls(&a, t, t + dflt.quiet_us * US);
 	t += dflt.quiet_us * US;
 	assert_true(evr__adapt_poll(&a, t, 0));
 	assert_false(evr__adapt_wakeup(&a, t += 100 * US, 1));
@@ -446,6 +546,7 @@ static void test_force_resets(void **state)
 	t += 50 * MS;
 	evr__adapt_force(&a, true, t);
 	assert_true(a.polling);
+	empty_polls(&a, t, t + dflt.quiet_us * US - 1);
 	assert_false(evr__adapt_poll(&a, t + dflt.quiet_us * US - 1, 0));
 	assert_true(evr__adapt_poll(&a, t + dflt.quiet_us * US, 0));
 	/* a forced mode is not an adaptive switch */
@@ -461,12 +562,14 @@ static void test_force_resets(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(test_defaults),
 	    cmocka_unit_test(test_light_load_stays_event),
 	    cmocka_unit_test(test_burst_switches_up),
 	    cmocka_unit_test(test_sustained_rate_switches_up),
 	    cmocka_unit_test(test_poll_holds_while_busy),
 	    cmocka_unit_test(test_quiet_switches_down_exactly),
 	    cmocka_unit_test(test_quiet_needs_empty_polls),
+	    cmocka_unit_test(test_quiet_time_only),
 	    cmocka_unit_test(test_quiet_counts_from_switch),
 	    cmocka_unit_test(test_quiet_counts_from_rate_switch),
 	    cmocka_unit_test(test_window_restarts_after_down),
@@ -476,5 +579,8 @@ int main(void)
 	    cmocka_unit_test(test_force_resets),
 	};
 
+	for (size_t i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++)
+		unsetenv(env_vars[i]);
+	cfg_default(&dflt);
 	return cmocka_run_group_tests_name("adapt", tests, NULL, NULL);
 }

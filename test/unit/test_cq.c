@@ -9,9 +9,16 @@
  * batches and each is dispatched once, in order; the adaptive switch to
  * POLL leaves the CQ unarmed; the WC status to errno table.
  *
+ * A failing poll has a world of its own: two CQs and three connections
+ * made by the library's constructor, with QPs that only this program sees
+ * (it takes the place of ibv_modify_qp and rdma_destroy_qp, as of
+ * ibv_destroy_cq).  The poll of one CQ fails: it is logged once, that CQ
+ * is never polled, armed or given to a QP again, each conn on it ends
+ * with -EIO and every op completes exactly once; the other CQ goes on.
+ *
  * Not covered here: error completions and receive completions.  Those go
- * on into evr__conn_fail() and evr__recv_done(), which need a live
- * rdma_cm id and a buffer pool; the RDMA suite covers them.
+ * on into evr__recv_done() and the protocol, which need a buffer pool;
+ * the RDMA suite covers them.
  */
 #include "config.h"
 
@@ -24,6 +31,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <rdma/rdma_cma.h>
 
 #include "evrdma-int.h"
 #include "mock_verbs.h"
@@ -89,6 +97,48 @@ static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
 	(void)revents;
 }
 
+/* A ctx as evr_ctx_create leaves it in EVENT mode, without a device:
+ * lists empty, a loop of its own. */
+static evr_ctx *ctx_new(void)
+{
+	evr_ctx *ctx = calloc(1, sizeof(*ctx));
+
+	if (!ctx)
+		return NULL;
+	evr__list_init(&ctx->cqs);
+	evr__list_init(&ctx->conns);
+	evr__list_init(&ctx->listeners);
+	evr__list_init(&ctx->mrs);
+	evr__list_init(&ctx->regs);
+	evr__list_init(&ctx->zombies);
+	evr__list_init(&ctx->held);
+	evr__opq_init(&ctx->done);
+	ctx->loop = ev_loop_new(0);
+	if (!ctx->loop) {
+		free(ctx);
+		return NULL;
+	}
+	ev_idle_init(&ctx->idle_w, on_idle);
+	ctx->mode = EVR_MODE_EVENT;
+	ctx->polling = false;
+	return ctx;
+}
+
+/* One CQ, armed, as cq_create leaves it. */
+static struct evr__cq *cq_new(evr_ctx *ctx, struct ibv_cq *ibcq)
+{
+	struct evr__cq *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->ctx = ctx;
+	c->cq = ibcq;
+	c->cqe = 4096;
+	c->armed = true;
+	evr__list_add_tail(&ctx->cqs, &c->link);
+	return c;
+}
+
 static int setup(void **state)
 {
 	struct fix *f = calloc(1, sizeof(*f));
@@ -99,34 +149,15 @@ static int setup(void **state)
 	mock_reset();
 	destroyed = 0;
 	acked_at_destroy = 0;
-	f->ctx = ctx = calloc(1, sizeof(*ctx));
-	f->cq = calloc(1, sizeof(*f->cq));
-	f->conn = calloc(1, sizeof(*f->conn));
-	if (!ctx || !f->cq || !f->conn)
+	f->ctx = ctx = ctx_new();
+	if (!ctx)
 		return -1;
-	evr__list_init(&ctx->cqs);
-	evr__list_init(&ctx->conns);
-	evr__list_init(&ctx->listeners);
-	evr__list_init(&ctx->mrs);
-	evr__list_init(&ctx->regs);
-	evr__list_init(&ctx->zombies);
-	evr__list_init(&ctx->held);
-	evr__opq_init(&ctx->done);
-	ctx->loop = ev_loop_new(0);
-	if (!ctx->loop)
-		return -1;
-	ev_idle_init(&ctx->idle_w, on_idle);
-	ctx->mode = EVR_MODE_EVENT;
-	ctx->polling = false;
 	ctx->mode_cb = on_mode;
 	ctx->mode_arg = f;
-
-	/* one CQ, armed, as cq_create leaves it */
-	f->cq->ctx = ctx;
-	f->cq->cq = &f->ibcq;
-	f->cq->cqe = 4096;
-	f->cq->armed = true;
-	evr__list_add_tail(&ctx->cqs, &f->cq->link);
+	f->cq = cq_new(ctx, &f->ibcq);
+	f->conn = calloc(1, sizeof(*f->conn));
+	if (!f->cq || !f->conn)
+		return -1;
 
 	/* one established conn; every op signaled, so that each WC stands
 	 * for exactly one op */
@@ -186,17 +217,22 @@ static struct ibv_wc wc_for(struct fix *f, unsigned i)
 /* The channel fd is readable: libev calls the watcher (level-triggered)
  * as long as it stays readable, i.e. while events are pending; each call
  * consumes at most one event. */
-static void wakeup(struct fix *f)
+static void wakeup_ctx(evr_ctx *ctx)
 {
 	unsigned calls = 0, before;
 
 	do {
 		before = mock.events_pending;
-		evr__cq_on_channel(f->ctx->loop, &f->ctx->cq_w, EV_READ);
+		evr__cq_on_channel(ctx->loop, &ctx->cq_w, EV_READ);
 		calls++;
 		assert_true(before == 0 || mock.events_pending == before - 1);
 	} while (mock.events_pending > 0);
 	assert_true(calls >= 1);
+}
+
+static void wakeup(struct fix *f)
+{
+	wakeup_ctx(f->ctx);
 }
 
 /* A WC that becomes visible only after the re-arm (it landed between the
@@ -377,19 +413,6 @@ static void test_poll_budget(void **state)
 	}
 }
 
-/* A failing poll dispatches nothing and the CQ is still re-armed. */
-static void test_poll_error(void **state)
-{
-	struct fix *f = *state;
-
-	mock.poll_rc = -EIO;
-	mock_cq_events(&f->ibcq, f->cq, 1);
-	wakeup(f);
-	assert_int_equal(f->ndone, 0);
-	assert_int_equal(mock.notify_calls, 1);
-	assert_true(f->cq->armed);
-	assert_int_equal(f->ctx->st.completions, 0);
-}
 
 /* In EVENT mode every wakeup re-arms; in POLL mode none does (the check
  * watcher polls instead). */
@@ -416,11 +439,16 @@ static void test_arm_by_mode(void **state)
  * POLL; the CQ stays unarmed and the mode callback fires once. */
 static void test_adaptive_switch_up(void **state)
 {
-	static const struct evr__adapt_cfg cfg = {2000, 16, 1000, 10000, 0};
+	struct evr__adapt_cfg cfg;
+	struct evr_ctx_opts o;
 	struct fix *f = *state;
 	struct ibv_wc wc;
 	unsigned first, i;
 
+	/* the configuration of a ctx with the default options */
+	evr_ctx_opts_init(&o);
+	evr__adapt_cfg_from_opts(&cfg, &o);
+	assert_int_equal(cfg.quiet_polls, EVR_ADAPT_QUIET_POLLS);
 	f->ctx->mode = EVR_MODE_ADAPTIVE;
 	evr__adapt_init(&f->ctx->adapt, &cfg, evr__loop_ns(f->ctx));
 	/* a small wakeup stays in EVENT mode */
@@ -447,6 +475,310 @@ static void test_adaptive_switch_up(void **state)
 	assert_int_equal(f->last_mode, EVR_MODE_POLL);
 	assert_true(ev_is_active(&f->ctx->idle_w));
 	assert_int_equal(f->ndone, 1 + cfg.up_batch);
+}
+
+/* ---- a failing poll ------------------------------------------------ */
+
+/* The conns below have QPs that only this program knows: moving one to
+ * the error state and destroying it are counted here instead. */
+static unsigned qp_to_err, qp_destroyed;
+
+int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int attr_mask)
+{
+	(void)qp;
+	if ((attr_mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR)
+		qp_to_err++;
+	return 0;
+}
+
+void rdma_destroy_qp(struct rdma_cm_id *id)
+{
+	(void)id;
+	qp_destroyed++;
+}
+
+#define PE_SQ	 4 /* send queue depth of each conn */
+#define PE_OPS	 (PE_SQ + 2)
+#define PE_CONNS 3
+
+struct pe_rec {
+	unsigned calls;
+	int status;
+};
+
+struct pe_conn {
+	evr_conn *c;
+	struct ibv_qp qp;
+	struct evr__op *ops[PE_OPS]; /* valid until completed */
+	struct pe_rec rec[PE_OPS];
+	unsigned nops;
+	unsigned connects, closes;
+	int close_status;
+};
+
+/* conns 0 and 1 on cq[0], whose poll fails; conn 2 on cq[1] */
+struct pe {
+	evr_ctx *ctx;
+	struct ibv_cq ibcq[2];
+	struct evr__cq *cq[2];
+	struct pe_conn conn[PE_CONNS];
+	unsigned errors; /* lines logged at EVR_LOG_ERROR */
+	unsigned poll_errors; /* ... that name ibv_poll_cq and EIO */
+};
+
+static void pe_log(enum evr_log_level lvl, const char *msg, void *arg)
+{
+	struct pe *p = arg;
+
+	if (lvl != EVR_LOG_ERROR)
+		return;
+	p->errors++;
+	if (strstr(msg, "ibv_poll_cq") && strstr(msg, "EIO"))
+		p->poll_errors++;
+}
+
+static void pe_connected(evr_conn *c, int status, void *arg)
+{
+	struct pe_conn *pc = arg;
+
+	assert_ptr_equal(c, pc->c);
+	assert_int_equal(status, 0);
+	pc->connects++;
+}
+
+static void pe_closed(evr_conn *c, int status, void *arg)
+{
+	struct pe_conn *pc = arg;
+
+	assert_ptr_equal(c, pc->c);
+	pc->closes++;
+	pc->close_status = status;
+}
+
+static void pe_op_done(evr_conn *c, int status, void *arg)
+{
+	struct pe_rec *r = arg;
+
+	(void)c;
+	r->calls++;
+	r->status = status;
+}
+
+static int pe_setup(void **state)
+{
+	struct pe *p = calloc(1, sizeof(*p));
+	evr_ctx *ctx;
+	int i;
+
+	if (!p)
+		return -1;
+	mock_reset();
+	destroyed = 0;
+	qp_to_err = qp_destroyed = 0;
+	p->ctx = ctx = ctx_new();
+	if (!ctx)
+		return -1;
+	ctx->o.sq_depth = PE_SQ;
+	ctx->o.log_fn = pe_log;
+	ctx->o.log_arg = p;
+	ctx->o.log_level = EVR_LOG_WARN;
+	for (i = 0; i < 2; i++)
+		if (!(p->cq[i] = cq_new(ctx, &p->ibcq[i])))
+			return -1;
+	for (i = 0; i < PE_CONNS; i++) {
+		struct pe_conn *pc = &p->conn[i];
+		struct evr__cq *cq = p->cq[i < 2 ? 0 : 1];
+		struct evr_conn_opts o;
+		evr_conn *c;
+
+		evr_conn_opts_init(&o);
+		o.on_connect = pe_connected;
+		o.on_close = pe_closed;
+		o.arg = pc;
+		pc->c = c = evr__conn_new(ctx, NULL, true, &o);
+		if (!c)
+			return -1;
+		/* what evr__cq_attach and evr__conn_setup_qp would do, on
+		 * the CQ this test chooses */
+		c->cq = cq;
+		cq->reserved += PE_SQ;
+		cq->nqp++;
+		ctx->st.cq_reserved += PE_SQ;
+		pc->qp.qp_num = 100 + (uint32_t)i;
+		c->qp = &pc->qp;
+		evr__sq_init(&c->sq, c->qp, PE_SQ, 1, evr__conn_sq_done,
+			     &ctx->st);
+		evr__conn_established(c);
+		assert_int_equal(pc->connects, 1);
+	}
+	evr__ctx_progress(ctx);
+	*state = p;
+	return 0;
+}
+
+static int pe_teardown(void **state)
+{
+	struct pe *p = *state;
+	evr_ctx *ctx = p->ctx;
+	struct evr__op *op;
+
+	evr__cq_destroy_all(ctx); /* frees the CQs */
+	while ((op = ctx->op_free)) {
+		ctx->op_free = op->next;
+		free(op);
+	}
+	ev_loop_destroy(ctx->loop);
+	free(ctx);
+	free(p);
+	return 0;
+}
+
+/* Give conn i a one-sided write: posted, or queued behind a full SQ. */
+static unsigned pe_op(struct pe *p, int i, bool post)
+{
+	struct pe_conn *pc = &p->conn[i];
+	struct evr__op *op = evr__op_alloc(p->ctx);
+	unsigned k = pc->nops++;
+
+	assert_non_null(op);
+	assert_true(k < PE_OPS);
+	op->conn = pc->c;
+	op->kind = EVR_OP_WRITE;
+	op->wr.opcode = IBV_WR_RDMA_WRITE;
+	op->cb = pe_op_done;
+	op->arg = &pc->rec[k];
+	pc->ops[k] = op;
+	if (post) {
+		evr__sq_add(&pc->c->sq, op);
+		assert_int_equal(evr__sq_commit(&pc->c->sq), 0);
+	} else {
+		assert_int_equal(evr__sq_room(&pc->c->sq), 0);
+		evr__opq_push(&pc->c->sendq, op);
+	}
+	return k;
+}
+
+static void pe_wc(struct pe *p, int i, unsigned k)
+{
+	struct ibv_wc wc;
+
+	memset(&wc, 0, sizeof(wc));
+	wc.wr_id = (uintptr_t)p->conn[i].ops[k];
+	wc.status = IBV_WC_SUCCESS;
+	wc.opcode = IBV_WC_RDMA_WRITE;
+	wc.qp_num = p->conn[i].qp.qp_num;
+	mock_wc_push(&wc);
+}
+
+/* ibv_poll_cq fails on one CQ: it surfaces, once, as an error in the log
+ * and -EIO on every conn of that CQ, each op still completes exactly once,
+ * and the other CQ goes on. */
+static void test_poll_error(void **state)
+{
+	struct pe *p = *state;
+	evr_ctx *ctx = p->ctx;
+	struct evr__cq *got;
+	unsigned k;
+	int i;
+
+	/* conn 0: a full SQ and one write waiting for room; conn 1: two
+	 * writes posted; conn 2, on the other CQ: two, both completed */
+	for (k = 0; k < PE_SQ; k++)
+		pe_op(p, 0, true);
+	pe_op(p, 0, false);
+	pe_op(p, 1, true);
+	pe_op(p, 1, true);
+	pe_wc(p, 2, pe_op(p, 2, true));
+	pe_wc(p, 2, pe_op(p, 2, true));
+
+	mock.poll_rc = -EIO;
+	mock.poll_rc_cq = &p->ibcq[0];
+	mock_cq_events(&p->ibcq[0], p->cq[0], 1);
+	wakeup_ctx(ctx);
+
+	/* logged once, with its errno; that CQ is out of service */
+	assert_int_equal(mock.poll_failed, 1);
+	assert_int_equal(p->errors, 1);
+	assert_int_equal(p->poll_errors, 1);
+	assert_true(p->cq[0]->broken);
+	assert_false(p->cq[0]->armed);
+	assert_false(p->cq[1]->broken);
+	/* its conns failed with -EIO: the QPs went to the error state and
+	 * the write that was not posted completed with -EIO at once */
+	for (i = 0; i < 2; i++) {
+		assert_int_equal(p->conn[i].c->state, EVR_CS_DEAD);
+		assert_int_equal(p->conn[i].c->error, -EIO);
+		assert_int_equal(p->conn[i].closes, 0);
+	}
+	assert_int_equal(qp_to_err, 2);
+	assert_int_equal(p->conn[0].rec[PE_SQ].calls, 1);
+	assert_int_equal(p->conn[0].rec[PE_SQ].status, -EIO);
+	for (k = 0; k < PE_SQ; k++)
+		assert_int_equal(p->conn[0].rec[k].calls, 0);
+	/* the conn on the other CQ got its completions */
+	assert_int_equal(p->conn[2].c->state, EVR_CS_ESTABLISHED);
+	for (k = 0; k < 2; k++) {
+		assert_int_equal(p->conn[2].rec[k].calls, 1);
+		assert_int_equal(p->conn[2].rec[k].status, 0);
+	}
+
+	/* later wakeups and polling passes leave the broken CQ alone, and
+	 * the other one works on */
+	pe_wc(p, 2, pe_op(p, 2, true));
+	mock_cq_events(&p->ibcq[1], p->cq[1], 1);
+	wakeup_ctx(ctx);
+	assert_int_equal(p->conn[2].rec[2].calls, 1);
+	assert_int_equal(p->conn[2].rec[2].status, 0);
+	evr__cq_poll_all(ctx, ~0u);
+	assert_int_equal(mock.poll_failed, 1);
+	assert_int_equal(p->errors, 1);
+	assert_false(p->cq[0]->armed);
+	assert_true(p->cq[1]->armed);
+	/* nor does a new QP go on it */
+	ctx->dattr.max_cqe = 1 << 16;
+	assert_int_equal(evr__cq_attach(ctx, PE_SQ, &got), 0);
+	assert_ptr_equal(got, p->cq[1]);
+	evr__cq_detach(ctx, got, PE_SQ);
+
+	/* the flushes of the posted writes cannot come: at the conn's flush
+	 * bound they complete with -ECANCELED and on_close reports -EIO */
+	for (i = 0; i < 2; i++) {
+		ev_timer *t = &p->conn[i].c->timer;
+
+		assert_true(ev_is_active(t));
+		ev_timer_stop(ctx->loop, t);
+		ev_invoke(ctx->loop, t, EV_TIMER);
+	}
+	for (i = 0; i < 2; i++) {
+		struct pe_conn *pc = &p->conn[i];
+
+		assert_int_equal(pc->closes, 1);
+		assert_int_equal(pc->close_status, -EIO);
+		for (k = 0; k < pc->nops; k++) {
+			assert_int_equal(pc->rec[k].calls, 1);
+			if (i == 0 && k == PE_SQ)
+				continue; /* the queued one, -EIO above */
+			assert_int_equal(pc->rec[k].status, -ECANCELED);
+		}
+	}
+	assert_int_equal(p->conn[2].closes, 0);
+
+	/* the ctx goes: conn 2 ends as the destroy contract says, the
+	 * others fire nothing more */
+	ctx->destroying = true;
+	evr__conn_free_all(ctx);
+	assert_int_equal(p->conn[2].closes, 1);
+	assert_int_equal(p->conn[2].close_status, -ECANCELED);
+	for (i = 0; i < PE_CONNS; i++) {
+		assert_int_equal(p->conn[i].connects, 1);
+		assert_int_equal(p->conn[i].closes, 1);
+		for (k = 0; k < p->conn[i].nops; k++)
+			assert_int_equal(p->conn[i].rec[k].calls, 1);
+	}
+	assert_int_equal(qp_destroyed, PE_CONNS);
+	assert_int_equal(ctx->st.conns, 0);
+	assert_int_equal(ctx->st.cq_reserved, 0);
+	assert_int_equal(mock.poll_failed, 1);
 }
 
 static void test_wc_errno(void **state)
@@ -513,7 +845,8 @@ int main(void)
 	    T(test_destroy_no_ack_needed),
 	    T(test_poll_batches),
 	    T(test_poll_budget),
-	    T(test_poll_error),
+	    cmocka_unit_test_setup_teardown(test_poll_error, pe_setup,
+					    pe_teardown),
 	    T(test_arm_by_mode),
 	    T(test_adaptive_switch_up),
 	    cmocka_unit_test(test_wc_errno),
