@@ -111,7 +111,10 @@ struct evr_ctx_opts {
 	 *  (retry_count + 1) times that. */
 	unsigned ack_timeout;
 	/** Probe a connection idle this long (default 2000; 0: no keepalive).
-	 *  The probe is a zero-length RDMA WRITE: no peer CPU, no credit. */
+	 *  The probe is a zero-length RDMA WRITE: no peer CPU, no credit.
+	 *  Idleness is checked every keepalive_ms / 2, so a probe goes out
+	 *  1 to 1.5 times keepalive_ms after the last completion (that of the
+	 *  previous probe included).  evr_stats.keepalive_probes counts them. */
 	unsigned keepalive_ms;
 	/** A probe not acknowledged within this fails the conn -ETIMEDOUT
 	 *  (default 6000): a silent peer is detected within about
@@ -222,11 +225,12 @@ EVR_EXPORT void evr_ctx_stop(evr_ctx *ctx);
  * races the arm is either handled in that call or makes the fd readable
  * again: the contract holds with level- and edge-triggered epoll alike.
  * Work the library cannot do from the fd -- sends submitted from outside
- * its callbacks, expired timers, POLL mode, rdma_cm events beyond the batch
- * one call handles (a connection storm must not hold up completions) --
- * shows in evr_ctx_timeout_ms() returning 0 (or the time to the next
- * deadline): always call it right before sleeping, after all your own
- * calls into the library.
+ * its callbacks, POLL mode, rdma_cm events beyond the batch one call
+ * handles (a connection storm must not hold up completions), and its timers
+ * (connect and graceful-close bounds, keepalive) -- shows in
+ * evr_ctx_timeout_ms() returning 0 or the time to the next deadline: always
+ * call it right before sleeping, after all your own calls into the
+ * library, and sleep no longer than it says, or timers fire late.
  */
 
 /** The ctx's poll fd (-EINVAL for a ctx on a user libev loop).  Owned by
@@ -237,8 +241,11 @@ EVR_EXPORT int evr_ctx_fd(evr_ctx *ctx);
  *  here.  Returns 0 or a negative errno. */
 EVR_EXPORT int evr_ctx_process(evr_ctx *ctx);
 /** How long the host loop may sleep: 0 (call evr_ctx_process() again
- *  right away), a positive number of ms until the next library deadline,
- *  or -1 (until the fd is readable). */
+ *  right away), a positive number of ms until the next deadline of the
+ *  ctx (rounded up) -- the earliest of every conn's connect bound, graceful
+ *  close bound, flush bound and keepalive tick -- or -1 (no deadline: until
+ *  the fd is readable).  An idle conn with keepalive on has a tick every
+ *  keepalive_ms / 2. */
 EVR_EXPORT int evr_ctx_timeout_ms(evr_ctx *ctx);
 
 /* ------------------------------------------------------------------------ */
