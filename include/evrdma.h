@@ -288,8 +288,8 @@ struct evr_conn_opts {
 	const void *user_data;
 	size_t user_len; /**< at most EVR_MAX_USER_DATA */
 	unsigned timeout_ms; /**< connect bound; 0: the ctx default */
-	/** Keepalive idle time for this conn: 0 takes the ctx's, -1 turns
-	 *  keepalive off. */
+	/** Keepalive idle time for this conn in ms, in place of the ctx's
+	 *  keepalive_ms: 0 takes the ctx's, -1 turns keepalive off. */
 	int keepalive_ms;
 };
 
