@@ -101,8 +101,12 @@ struct evr_ctx_opts {
 	size_t eager_size;	 /**< largest eager payload, default 8192 */
 	size_t max_msg_size;	 /**< largest message accepted, default 64 MiB */
 	unsigned signal_interval; /**< signal 1 send WR in N, default 16 */
-	unsigned connect_timeout_ms; /**< default 5000 */
-	unsigned close_timeout_ms;   /**< graceful close bound, default 5000 */
+	/** Bound on a connect or accept, default 5000: past it on_connect
+	 *  fires with -ETIMEDOUT (evr_conn_opts.timeout_ms overrides it). */
+	unsigned connect_timeout_ms;
+	/** Bound on a graceful close, default 5000: past it the conn is
+	 *  aborted and on_close fires with -ETIMEDOUT (see evr_conn_close). */
+	unsigned close_timeout_ms;
 	/** Transport retries before a send fails (0..6, default 6; 7 would
 	 *  mean "forever" to some providers and is never used). */
 	unsigned retry_count;
@@ -270,7 +274,8 @@ typedef void (*evr_imm_cb)(evr_conn *conn, uint32_t imm, void *arg);
  *  the peer closed gracefully (everything it sent was delivered first),
  *  -ECONNRESET when the peer went away without closing (it aborted, died
  *  or was destroyed), or the error that killed it (-EPROTO, -EIO,
- *  -ETIMEDOUT, ...).  The handle is freed when it returns. */
+ *  -ETIMEDOUT: a graceful close ran past close_timeout_ms, or a keepalive
+ *  probe went unanswered, ...).  The handle is freed when it returns. */
 typedef void (*evr_close_cb)(evr_conn *conn, int status, void *arg);
 
 /** Queued send bytes fell below the low-watermark after the queue had
@@ -313,8 +318,13 @@ EVR_EXPORT int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 
 /**
  * Close a connection.  Graceful by default: queued and in-flight sends
- * complete first (bounded by close_timeout_ms, then abort).  on_close (or,
- * for a conn still connecting, on_connect with -ECANCELED) fires later.
+ * complete first, then on_close fires with 0.  This is bounded by
+ * close_timeout_ms from this call: past it the conn is aborted, sends
+ * still queued complete with -ETIMEDOUT and on_close fires with
+ * -ETIMEDOUT (the peer, told nothing, sees -ECONNRESET).  EVR_CLOSE_ABORT
+ * ends it at once: pending operations and on_close get -ECANCELED.
+ * on_close (or, for a conn still connecting, on_connect with -ECANCELED)
+ * fires later.
  * Safe from inside any callback.  -EALREADY if already closing.
  */
 EVR_EXPORT int evr_conn_close(evr_conn *conn, unsigned flags);
