@@ -102,8 +102,12 @@ struct evr_ctx_opts {
 	size_t eager_size;	 /**< largest eager payload, default 8192 */
 	size_t max_msg_size;	 /**< largest message accepted, default 64 MiB */
 	unsigned signal_interval; /**< signal 1 send WR in N, default 16 */
-	unsigned connect_timeout_ms; /**< default 5000 */
-	unsigned close_timeout_ms;   /**< graceful close bound, default 5000 */
+	/** Bound on a connect or accept, default 5000: past it on_connect
+	 *  fires with -ETIMEDOUT (evr_conn_opts.timeout_ms overrides it). */
+	unsigned connect_timeout_ms;
+	/** Bound on a graceful close, default 5000: past it the conn is
+	 *  aborted and on_close fires with -ETIMEDOUT (see evr_conn_close). */
+	unsigned close_timeout_ms;
 	/** Transport retries before a send fails (0..6, default 6; 7 would
 	 *  mean "forever" to some providers and is never used). */
 	unsigned retry_count;
@@ -112,7 +116,10 @@ struct evr_ctx_opts {
 	 *  (retry_count + 1) times that. */
 	unsigned ack_timeout;
 	/** Probe a connection idle this long (default 2000; 0: no keepalive).
-	 *  The probe is a zero-length RDMA WRITE: no peer CPU, no credit. */
+	 *  The probe is a zero-length RDMA WRITE: no peer CPU, no credit.
+	 *  Idleness is checked every keepalive_ms / 2, so a probe goes out
+	 *  1 to 1.5 times keepalive_ms after the last completion (that of the
+	 *  previous probe included).  evr_stats.keepalive_probes counts them. */
 	unsigned keepalive_ms;
 	/** A probe not acknowledged within this fails the conn -ETIMEDOUT
 	 *  (default 6000): a silent peer is detected within about
@@ -229,11 +236,12 @@ EVR_EXPORT void evr_ctx_stop(evr_ctx *ctx);
  * races the arm is either handled in that call or makes the fd readable
  * again: the contract holds with level- and edge-triggered epoll alike.
  * Work the library cannot do from the fd -- sends submitted from outside
- * its callbacks, expired timers, POLL mode, rdma_cm events beyond the batch
- * one call handles (a connection storm must not hold up completions) --
- * shows in evr_ctx_timeout_ms() returning 0 (or the time to the next
- * deadline): always call it right before sleeping, after all your own
- * calls into the library.
+ * its callbacks, POLL mode, rdma_cm events beyond the batch one call
+ * handles (a connection storm must not hold up completions), and its timers
+ * (connect and graceful-close bounds, keepalive) -- shows in
+ * evr_ctx_timeout_ms() returning 0 or the time to the next deadline: always
+ * call it right before sleeping, after all your own calls into the
+ * library, and sleep no longer than it says, or timers fire late.
  */
 
 /** The ctx's poll fd (-EINVAL for a ctx on a user libev loop).  Owned by
@@ -244,8 +252,11 @@ EVR_EXPORT int evr_ctx_fd(evr_ctx *ctx);
  *  here.  Returns 0 or a negative errno. */
 EVR_EXPORT int evr_ctx_process(evr_ctx *ctx);
 /** How long the host loop may sleep: 0 (call evr_ctx_process() again
- *  right away), a positive number of ms until the next library deadline,
- *  or -1 (until the fd is readable). */
+ *  right away), a positive number of ms until the next deadline of the
+ *  ctx (rounded up) -- the earliest of every conn's connect bound, graceful
+ *  close bound, flush bound and keepalive tick -- or -1 (no deadline: until
+ *  the fd is readable).  An idle conn with keepalive on has a tick every
+ *  keepalive_ms / 2. */
 EVR_EXPORT int evr_ctx_timeout_ms(evr_ctx *ctx);
 
 /* ------------------------------------------------------------------------ */
@@ -271,14 +282,15 @@ typedef void (*evr_imm_cb)(evr_conn *conn, uint32_t imm, void *arg);
  *  -ECONNRESET when the peer went away without closing (it aborted, died
  *  or was destroyed; also when a send in flight learns of it first, from
  *  the remote error of a peer whose end is being torn down), or the error
- *  that killed it (-EPROTO, -EIO, -ETIMEDOUT, ...).  -EIO is also what
- *  every conn on a completion queue gets when polling that queue fails
- *  (logged as an error; the ctx's other queues go on): its operations
- *  complete with -EIO at once, except those whose work requests are on the
- *  device: they complete with -ECANCELED a few seconds later, when their
- *  flushes can no longer be awaited, and then on_close (or on_connect, for
- *  a conn still connecting) fires with -EIO.  The handle is freed when it
- *  returns. */
+ *  that killed it (-EPROTO, -EIO, -ETIMEDOUT: a graceful close ran past
+ *  close_timeout_ms, or a keepalive probe went unanswered, ...).  -EIO is
+ *  also what every conn on a completion queue gets when polling that queue
+ *  fails (logged as an error; the ctx's other queues go on): its
+ *  operations complete with -EIO at once, except those whose work requests
+ *  are on the device: they complete with -ECANCELED a few seconds later,
+ *  when their flushes can no longer be awaited, and then on_close (or
+ *  on_connect, for a conn still connecting) fires with -EIO.  The handle
+ *  is freed when it returns. */
 typedef void (*evr_close_cb)(evr_conn *conn, int status, void *arg);
 
 /** Queued send bytes fell below the low-watermark after the queue had
@@ -296,8 +308,8 @@ struct evr_conn_opts {
 	const void *user_data;
 	size_t user_len; /**< at most EVR_MAX_USER_DATA */
 	unsigned timeout_ms; /**< connect bound; 0: the ctx default */
-	/** Keepalive idle time for this conn: 0 takes the ctx's, -1 turns
-	 *  keepalive off. */
+	/** Keepalive idle time for this conn in ms, in place of the ctx's
+	 *  keepalive_ms: 0 takes the ctx's, -1 turns keepalive off. */
 	int keepalive_ms;
 };
 
@@ -321,8 +333,13 @@ EVR_EXPORT int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 
 /**
  * Close a connection.  Graceful by default: queued and in-flight sends
- * complete first (bounded by close_timeout_ms, then abort).  on_close (or,
- * for a conn still connecting, on_connect with -ECANCELED) fires later.
+ * complete first, then on_close fires with 0.  This is bounded by
+ * close_timeout_ms from this call: past it the conn is aborted, sends
+ * still queued complete with -ETIMEDOUT and on_close fires with
+ * -ETIMEDOUT (the peer, told nothing, sees -ECONNRESET).  EVR_CLOSE_ABORT
+ * ends it at once: pending operations and on_close get -ECANCELED.
+ * on_close (or, for a conn still connecting, on_connect with -ECANCELED)
+ * fires later.
  * Safe from inside any callback.  -EALREADY if already closing.
  */
 EVR_EXPORT int evr_conn_close(evr_conn *conn, unsigned flags);

@@ -16,8 +16,12 @@
  * evr_ctx_process() returned is left without a wakeup.
  *
  * What no fd can signal -- deferred work queued by calls the host made
- * outside our callbacks, conn timers, POLL mode, rdma_cm events left over
- * by a full batch -- is reported through evr_ctx_timeout_ms().
+ * outside our callbacks, POLL mode, rdma_cm events left over by a full
+ * batch, and the timers of the private loop (each conn's connect / close /
+ * flush bound and its keepalive tick) -- is reported through
+ * evr_ctx_timeout_ms(): 0 for work to do now, else the time to the first
+ * timer.  The loop's timers fire only in evr_ctx_process(), so one left
+ * out there would never fire while the host sleeps on the fd.
  */
 #include "evrdma-int.h"
 
@@ -77,6 +81,24 @@ int evr_ctx_process(evr_ctx *ctx)
 	return 0;
 }
 
+/* Seconds to the earlier of best (negative: none) and the active timer w. */
+static double earlier(evr_ctx *ctx, double best, ev_timer *w)
+{
+	double r;
+
+	if (!ev_is_active(w))
+		return best;
+	r = ev_timer_remaining(ctx->loop, w);
+	return best < 0 || r < best ? r : best;
+}
+
+/*
+ * Every timer of a ctx belongs to one of its conns: the connect, close or
+ * flush bound (c->timer) and the keepalive tick (c->ka).  Zombies keep
+ * theirs until they go.  The remaining time is measured from the loop's
+ * clock, which stands where the last iteration left it; the host may have
+ * worked since, so the clock is read again first.
+ */
 int evr_ctx_timeout_ms(evr_ctx *ctx)
 {
 	struct evr__list *pos, *tmp;
@@ -88,19 +110,16 @@ int evr_ctx_timeout_ms(evr_ctx *ctx)
 	if (ctx->polling || ctx->need_arm || ctx->work || ctx->flush ||
 	    ctx->done.head || ctx->cm_more)
 		return 0;
+	ev_now_update(ctx->loop);
 	for (pass = 0; pass < 2; pass++) {
 		struct evr__list *head = pass ? &ctx->zombies : &ctx->conns;
 
 		evr__list_for_each_safe(pos, tmp, head)
 		{
 			evr_conn *c = evr__container_of(pos, evr_conn, link);
-			double r;
 
-			if (!ev_is_active(&c->timer))
-				continue;
-			r = ev_timer_remaining(ctx->loop, &c->timer);
-			if (next < 0 || r < next)
-				next = r;
+			next = earlier(ctx, next, &c->timer);
+			next = earlier(ctx, next, &c->ka);
 		}
 	}
 	if (next < 0)

@@ -348,6 +348,8 @@ struct evr_conn {
 	bool in_recv;	     /* inside on_recv (evr_conn_hold allowed) */
 	int error;	     /* why it ends (0: local graceful close) */
 	struct evr_conn_opts o;
+	/* The ctx's only timers: evr_ctx_timeout_ms() (embed.c) reads them
+	 * both, and must read any timer added beside them. */
 	struct ev_timer timer; /* connect / close / flush bound */
 	struct ev_timer ka;    /* keepalive tick */
 	double ka_idle, ka_timeout; /* seconds; ka_idle 0: off */

@@ -7,8 +7,14 @@
  * loop: before the wait, during it, during processing).  A stall is a wait
  * that runs out its safety cap while a message is in flight -- it means a
  * wakeup was lost -- and fails the test.
+ *
+ * The conn timers, which no fd announces, are checked on both driving
+ * paths (rt_drive.h): on a libev loop, and embedded in a host loop that
+ * sleeps exactly as evr_ctx_timeout_ms() says.  The connect bound and the
+ * graceful close bound must each end their wait on time, with the
+ * documented status.  (The keepalive tick: t_keepalive.)
  */
-#include "rt_pair.h"
+#include "rt_drive.h"
 
 #include <poll.h>
 #include <sys/epoll.h>
@@ -215,6 +221,271 @@ static void test_poll(void **state)
 	run_pingpong(HOST_POLL, 1000);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Conn timers on both driving paths                                        */
+
+#define NOBODY "10.77.0.99" /* on rxe0's subnet, and no host answers */
+#define TIMER_MS 1000
+/* From a timer's expiry to its callback: a loop wakeup, and for a close
+ * the flush of the QP.  Seconds, times EVR_TEST_TIMEOUT_SCALE. */
+#define TIMER_LATE 0.3
+
+/* Check that a timer of TIMER_MS ended a wait of dt seconds on time: never
+ * early (1 ms for clock rounding), and late by at most TIMER_LATE. */
+static void check_timer_bound(const char *what, enum rt_path path, double dt)
+{
+	double bound = TIMER_MS / 1000.0;
+
+	printf("# %s: %s after %.3f s (bound %.3f s)\n", rt_path_name(path),
+	       what, dt, bound);
+	if (dt < bound - 0.001 ||
+	    dt > bound + TIMER_LATE * rt_timeout_scale())
+		fail_msg("%s: %s after %.3f s, outside [%.3f, %.3f] s",
+			 rt_path_name(path), what, dt, bound,
+			 bound + TIMER_LATE * rt_timeout_scale());
+}
+
+/* A callback's status, with the errno names in the message. */
+#define assert_status(got, want)                                              \
+	do {                                                                  \
+		if ((got) != (want))                                          \
+			fail_msg("%s is %s, expected %s", #got,               \
+				 evr_err_name(got), evr_err_name(want));      \
+	} while (0)
+
+struct tmo_side {
+	struct rt_side s;
+	double at; /* rt_now() of on_connect */
+};
+
+static void tmo_connected(evr_conn *c, int status, void *arg)
+{
+	struct tmo_side *t = arg;
+
+	t->at = rt_now();
+	rt_side_connect(c, status, &t->s);
+}
+
+static void tmo_closed(evr_conn *c, int status, void *arg)
+{
+	struct tmo_side *t = arg;
+
+	rt_side_close(c, status, &t->s);
+}
+
+static int tmo_connected_pred(void *arg)
+{
+	return ((struct tmo_side *)arg)->s.connects > 0;
+}
+
+/* A connect nobody answers (not even ARP: the subnet's device is a dummy)
+ * ends after the ctx's connect_timeout_ms with -ETIMEDOUT. */
+static void run_connect_timeout(enum rt_path path)
+{
+	struct evr_ctx_opts o;
+	struct evr_conn_opts co;
+	struct tmo_side t = {0};
+	struct rt_drv d;
+	evr_ctx *ctx;
+	double t0;
+
+	rt_drv_init(&d, path);
+	rt_ctx_opts(&o);
+	o.connect_timeout_ms = TIMER_MS;
+	ctx = rt_drv_ctx(&d, &o);
+	evr_conn_opts_init(&co);
+	co.on_connect = tmo_connected;
+	co.on_close = tmo_closed;
+	co.arg = &t;
+	t0 = rt_now();
+	assert_int_equal(evr_connect(ctx, NOBODY, 7471, &co, NULL), 0);
+	if (rt_drv_run_until(&d, tmo_connected_pred, &t, 10))
+		fail_msg("%s: no on_connect in 10 s", rt_path_name(path));
+	assert_status(t.s.connect_status, -ETIMEDOUT);
+	check_timer_bound("connect -ETIMEDOUT", path, t.at - t0);
+	rt_drv_run_for(&d, 0.2);
+	assert_int_equal(t.s.connects, 1);
+	assert_int_equal(t.s.closes, 0);
+	rt_drv_detach(&d);
+	evr_ctx_destroy(ctx);
+	rt_drv_fini(&d);
+}
+
+static void test_connect_timeout_libev(void **state)
+{
+	(void)state;
+	run_connect_timeout(RT_LIBEV);
+}
+
+static void test_connect_timeout_embed(void **state)
+{
+	(void)state;
+	run_connect_timeout(RT_EMBED);
+}
+
+#define NSENDS 100
+#define SLEN 64
+
+/* A close that cannot finish: the server keeps (evr_conn_hold) every
+ * message it gets, so no receive is re-posted and no credit comes back;
+ * the client's sends beyond its credits stay queued, and a graceful close
+ * waits for them. */
+struct stuck {
+	struct rt_pair *p;
+	evr_msg *held[NSENDS];
+	unsigned nheld, bad;
+	uint8_t msgs[NSENDS][SLEN];
+	unsigned done, ok, timedout, other; /* the client's send callbacks */
+	unsigned done_at_close;		     /* of them, before on_close */
+	double closed_at;		     /* rt_now() of on_close */
+};
+
+static void stuck_hold(evr_conn *c, const void *data, size_t len, void *arg)
+{
+	struct rt_side *s = arg;
+	struct stuck *st = s->user;
+	evr_msg *m;
+
+	assert_true(st->nheld < NSENDS);
+	if (len != SLEN || rt_verify(data, len, st->nheld) >= 0)
+		st->bad++;
+	m = evr_conn_hold(c);
+	assert_non_null(m);
+	st->held[st->nheld++] = m;
+}
+
+static void stuck_sent(evr_conn *c, int status, void *arg)
+{
+	struct stuck *st = arg;
+
+	(void)c;
+	st->done++;
+	if (status == 0)
+		st->ok++;
+	else if (status == -ETIMEDOUT)
+		st->timedout++;
+	else
+		st->other++;
+}
+
+static void stuck_closed(evr_conn *c, int status, void *arg)
+{
+	struct rt_side *s = arg;
+	struct stuck *st = s->user;
+
+	st->closed_at = rt_now();
+	st->done_at_close = st->done;
+	rt_side_close(c, status, s);
+}
+
+/* Everything the server got is held and completed at the client, and the
+ * rest waits in the client's queue: nothing is in flight. */
+static int stuck_pred(void *arg)
+{
+	struct stuck *st = arg;
+	struct evr_conn_info info;
+
+	assert_int_equal(evr_conn_info(st->p->cli.conn, &info), 0);
+	return st->nheld > 0 && st->ok == st->nheld &&
+	       info.queued_bytes == (size_t)(NSENDS - st->nheld) * SLEN;
+}
+
+static int cli_closed_pred(void *arg)
+{
+	return ((struct rt_pair *)arg)->cli.closes > 0;
+}
+
+static int srv_closed_pred(void *arg)
+{
+	return ((struct rt_pair *)arg)->srv.closes > 0;
+}
+
+/*
+ * A graceful close that does not finish within close_timeout_ms is
+ * aborted: on_close fires with -ETIMEDOUT, close_timeout_ms after
+ * evr_conn_close(), after every send callback -- those the peer received
+ * with 0, those still queued with -ETIMEDOUT.  The peer, which got no
+ * goodbye, sees -ECONNRESET.
+ */
+static void run_close_timeout(enum rt_path path)
+{
+	struct evr_ctx_opts o;
+	struct stuck *st = calloc(1, sizeof(*st));
+	struct rt_drv d;
+	struct rt_pair p;
+	unsigned i, got;
+	double t0;
+
+	assert_non_null(st);
+	rt_drv_init(&d, path);
+	rt_ctx_opts(&o);
+	o.close_timeout_ms = TIMER_MS;
+	o.keepalive_ms = 0; /* no tick: only the close bound wakes the host */
+	rt_pair_init(&p, rt_drv_loop(&d), &o);
+	rt_drv_attach(&d, p.ctx);
+	st->p = &p;
+	p.cli.user = p.srv.user = st;
+	p.srv_opts.on_recv = stuck_hold;
+	p.cli_opts.on_close = stuck_closed;
+	rt_drv_pair_connect(&d, &p);
+	for (i = 0; i < NSENDS; i++) {
+		rt_fill(st->msgs[i], SLEN, i);
+		assert_int_equal(evr_send(p.cli.conn, st->msgs[i], SLEN,
+					  stuck_sent, st),
+				 0);
+	}
+	assert_int_equal(rt_drv_run_until(&d, stuck_pred, st, 10), 0);
+	got = st->nheld;
+	rt_drv_run_for(&d, 0.2); /* and it stays so */
+	assert_int_equal(st->nheld, got);
+	assert_int_equal(st->done, got);
+	assert_true(got < NSENDS);
+	printf("# %s: %u of %u messages held by the peer, the rest queued\n",
+	       rt_path_name(path), got, NSENDS);
+
+	t0 = rt_now();
+	assert_int_equal(evr_conn_close(p.cli.conn, 0), 0);
+	if (rt_drv_run_until(&d, cli_closed_pred, &p, 10))
+		fail_msg("%s: no on_close in 10 s", rt_path_name(path));
+	assert_status(p.cli.close_status, -ETIMEDOUT);
+	check_timer_bound("close on_close -ETIMEDOUT", path,
+			  st->closed_at - t0);
+	printf("# %s: send callbacks %u ok, %u -ETIMEDOUT, %u other, %u "
+	       "before on_close\n",
+	       rt_path_name(path), st->ok, st->timedout, st->other,
+	       st->done_at_close);
+	assert_int_equal(st->done_at_close, NSENDS);
+	assert_int_equal(st->ok, got);
+	assert_int_equal(st->timedout, NSENDS - got);
+	assert_int_equal(st->other, 0);
+	assert_int_equal(st->nheld, got);
+	assert_int_equal(st->bad, 0);
+
+	assert_int_equal(rt_drv_run_until(&d, srv_closed_pred, &p, 10), 0);
+	assert_status(p.srv.close_status, -ECONNRESET);
+	rt_drv_run_for(&d, 0.2);
+	assert_int_equal(p.cli.closes, 1);
+	assert_int_equal(p.srv.closes, 1);
+	assert_int_equal(st->done, NSENDS);
+	for (i = 0; i < st->nheld; i++)
+		evr_msg_release(st->held[i]);
+	rt_drv_pair_fini(&d, &p);
+	rt_drv_fini(&d);
+	free(st);
+}
+
+static void test_close_timeout_libev(void **state)
+{
+	(void)state;
+	run_close_timeout(RT_LIBEV);
+}
+
+static void test_close_timeout_embed(void **state)
+{
+	(void)state;
+	run_close_timeout(RT_EMBED);
+}
+
 /* The calls refuse a ctx that runs on the user's own libev loop. */
 static void test_user_loop_has_no_fd(void **state)
 {
@@ -238,6 +509,10 @@ int main(void)
 		cmocka_unit_test(test_epoll_lt),
 		cmocka_unit_test(test_poll),
 		cmocka_unit_test(test_user_loop_has_no_fd),
+		cmocka_unit_test(test_connect_timeout_libev),
+		cmocka_unit_test(test_connect_timeout_embed),
+		cmocka_unit_test(test_close_timeout_libev),
+		cmocka_unit_test(test_close_timeout_embed),
 	};
 
 	rt_init(600);

@@ -3,11 +3,14 @@
  * probes (zero-length RDMA WRITEs) that the peer's device acknowledges, so
  * it stays up through many idle periods, with no callback fired and no
  * message lost after it; a busy connection sends none; keepalive can be
- * turned off per connection; and the transport options are validated.
+ * set or turned off per connection; and the transport options are
+ * validated.  The keepalive cases run on both driving paths: on a libev
+ * loop, and embedded in a host loop that sleeps as evr_ctx_timeout_ms()
+ * says (rt_drive.h) -- the keepalive tick is a timer no fd announces.
  * (A peer that really goes silent needs a second host: see the two-host
  * tests.)
  */
-#include "rt_pair.h"
+#include "rt_drive.h"
 
 struct count {
 	int got;
@@ -28,61 +31,138 @@ static int got_one(void *arg)
 	return ((struct count *)arg)->got >= 1;
 }
 
-static void run_idle(int cli_keepalive, unsigned *probes, int *closes)
+struct idle_case {
+	enum rt_path path;
+	unsigned ctx_ka; /* evr_ctx_opts.keepalive_ms */
+	int cli_ka;	 /* evr_conn_opts.keepalive_ms of the client */
+	double window;	 /* seconds idle */
+	unsigned probes; /* out: probes sent in the window */
+	int closes;	 /* out: on_close calls in the window */
+};
+
+/*
+ * A pair on one ctx, idle for c->window seconds.  Only the client's conn
+ * may probe (the server's has keepalive off), so the ctx's probe count is
+ * the client's.  Afterwards a message still goes through and the graceful
+ * close still works.
+ */
+static void run_idle(struct idle_case *c)
 {
-	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct evr_ctx_opts o;
 	struct evr_stats st0, st1;
 	struct count n = {0};
+	struct rt_drv d;
 	struct rt_pair p;
 
+	rt_drv_init(&d, c->path);
 	rt_ctx_opts(&o);
-	o.keepalive_ms = 200;
-	o.keepalive_timeout_ms = 1000;
-	rt_pair_init(&p, loop, &o);
+	o.keepalive_ms = c->ctx_ka;
+	rt_pair_init(&p, rt_drv_loop(&d), &o);
+	rt_drv_attach(&d, p.ctx);
 	p.srv.user = &n;
 	p.srv_opts.on_recv = on_recv;
-	p.cli_opts.keepalive_ms = cli_keepalive;
-	p.srv_opts.keepalive_ms = cli_keepalive;
-	rt_pair_connect(&p);
+	p.cli_opts.keepalive_ms = c->cli_ka;
+	p.srv_opts.keepalive_ms = -1;
+	rt_drv_pair_connect(&d, &p);
 	evr_ctx_stats(p.ctx, &st0);
-	rt_run_for(loop, 2.0); /* ten idle periods */
+	rt_drv_run_for(&d, c->window);
 	evr_ctx_stats(p.ctx, &st1);
-	*probes = (unsigned)(st1.keepalive_probes - st0.keepalive_probes);
-	*closes = p.cli.closes + p.srv.closes;
+	c->probes = (unsigned)(st1.keepalive_probes - st0.keepalive_probes);
+	c->closes = p.cli.closes + p.srv.closes;
 	/* still fine afterwards */
 	assert_int_equal(evr_send(p.cli.conn, "hello", 5, NULL, NULL), 0);
-	assert_int_equal(rt_run_until(loop, got_one, &n, 10), 0);
-	rt_pair_close(&p);
+	assert_int_equal(rt_drv_run_until(&d, got_one, &n, 10), 0);
+	rt_drv_pair_close(&d, &p);
 	assert_int_equal(p.cli.close_status, 0);
-	rt_pair_fini(&p);
-	ev_loop_destroy(loop);
+	rt_drv_pair_fini(&d, &p);
+	rt_drv_fini(&d);
 }
 
-static void test_idle_probes(void **state)
+/*
+ * The documented rule: a probe goes out between 1 and 1.5 idle times after
+ * the last sign of life -- and the completion of a probe is one.  Over
+ * `window` seconds an idle conn thus sends at least window / (1.5 idle)
+ * probes, rounded down, and at most window / idle.
+ */
+static void check_probes(const struct idle_case *c, unsigned idle_ms)
 {
-	unsigned probes;
-	int closes;
+	double idle = idle_ms / 1000.0;
+	unsigned lo = (unsigned)(c->window / (1.5 * idle));
+	unsigned hi = (unsigned)(c->window / idle);
 
-	(void)state;
-	run_idle(0, &probes, &closes);
-	printf("# keepalive 200 ms, idle 2 s: %u probes, %d closes\n",
-	       probes, closes);
-	/* both ends probe about every 200-300 ms */
-	assert_true(probes >= 8);
-	assert_true(probes <= 30);
-	assert_int_equal(closes, 0);
+	printf("# %s: keepalive %u ms, idle %.1f s: %u probes (rule: "
+	       "%u..%u), %d closes\n",
+	       rt_path_name(c->path), idle_ms, c->window, c->probes, lo, hi,
+	       c->closes);
+	assert_in_range(c->probes, lo, hi);
+	assert_int_equal(c->closes, 0);
 }
 
-static void test_off_per_conn(void **state)
+/* The ctx's keepalive_ms, taken by a conn that sets none. */
+static void run_ctx_default(enum rt_path path)
 {
-	unsigned probes;
-	int closes;
+	struct idle_case c = {path, 500, 0, 5.0, 0, 0};
 
+	run_idle(&c);
+	check_probes(&c, 500);
+}
+
+static void test_idle_probes_libev(void **state)
+{
 	(void)state;
-	run_idle(-1, &probes, &closes);
-	assert_int_equal(probes, 0);
-	assert_int_equal(closes, 0);
+	run_ctx_default(RT_LIBEV);
+}
+
+static void test_idle_probes_embed(void **state)
+{
+	(void)state;
+	run_ctx_default(RT_EMBED);
+}
+
+/* A positive evr_conn_opts.keepalive_ms overrides the ctx's: with the ctx
+ * at 60 s, not one probe would go out in the window. */
+static void run_per_conn(enum rt_path path)
+{
+	struct idle_case c = {path, 60000, 500, 5.0, 0, 0};
+
+	run_idle(&c);
+	check_probes(&c, 500);
+}
+
+static void test_per_conn_libev(void **state)
+{
+	(void)state;
+	run_per_conn(RT_LIBEV);
+}
+
+static void test_per_conn_embed(void **state)
+{
+	(void)state;
+	run_per_conn(RT_EMBED);
+}
+
+/* keepalive_ms -1 turns it off for the conn, whatever the ctx's. */
+static void run_off_per_conn(enum rt_path path)
+{
+	struct idle_case c = {path, 200, -1, 1.0, 0, 0};
+
+	run_idle(&c);
+	printf("# %s: keepalive off, idle %.1f s: %u probes\n",
+	       rt_path_name(path), c.window, c.probes);
+	assert_int_equal(c.probes, 0);
+	assert_int_equal(c.closes, 0);
+}
+
+static void test_off_per_conn_libev(void **state)
+{
+	(void)state;
+	run_off_per_conn(RT_LIBEV);
+}
+
+static void test_off_per_conn_embed(void **state)
+{
+	(void)state;
+	run_off_per_conn(RT_EMBED);
 }
 
 struct busy {
@@ -175,8 +255,12 @@ static void test_bad_transport_opts(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_idle_probes),
-		cmocka_unit_test(test_off_per_conn),
+		cmocka_unit_test(test_idle_probes_libev),
+		cmocka_unit_test(test_idle_probes_embed),
+		cmocka_unit_test(test_per_conn_libev),
+		cmocka_unit_test(test_per_conn_embed),
+		cmocka_unit_test(test_off_per_conn_libev),
+		cmocka_unit_test(test_off_per_conn_embed),
 		cmocka_unit_test(test_busy_no_probes),
 		cmocka_unit_test(test_bad_transport_opts),
 	};
