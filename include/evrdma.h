@@ -126,7 +126,7 @@ struct evr_ctx_opts {
 	 *  keepalive_ms * 1.5 + keepalive_timeout_ms. */
 	unsigned keepalive_timeout_ms;
 	size_t send_queue_limit;     /**< bytes queued per conn, default 64 MiB */
-	size_t send_queue_lowat;     /**< on_drain below this, default limit/2 */
+	size_t send_queue_lowat;     /**< on_drain at or below this, default limit/2 */
 	/* Adaptive mode (also EVR_ADAPT_* environment variables). */
 	unsigned adapt_up_rate;	     /**< wakeups/s that switch to POLL */
 	unsigned adapt_up_batch;     /**< completions/wakeup that switch */
@@ -293,7 +293,7 @@ typedef void (*evr_imm_cb)(evr_conn *conn, uint32_t imm, void *arg);
  *  is freed when it returns. */
 typedef void (*evr_close_cb)(evr_conn *conn, int status, void *arg);
 
-/** Queued send bytes fell below the low-watermark after the queue had
+/** Queued send bytes fell to or below the low-watermark after the queue had
  *  reached the limit (an evr_send returned -ENOBUFS). */
 typedef void (*evr_drain_cb)(evr_conn *conn, void *arg);
 
