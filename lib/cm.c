@@ -156,7 +156,7 @@ static void on_addr_resolved(evr_conn *c)
 				       : ctx->o.connect_timeout_ms;
 	int err;
 
-	err = evr__ctx_bind(ctx, c->id->verbs);
+	err = evr__dev_bind(ctx, c->id->verbs);
 	if (err) {
 		EVR_WARN(ctx, "address resolves to device %s, ctx is on %s",
 			 c->id->verbs ? ibv_get_device_name(c->id->verbs->device)
@@ -350,7 +350,7 @@ int evr_listen(evr_ctx *ctx, const char *host, uint16_t port, int backlog,
 		err = -errno;
 		goto err_destroy;
 	}
-	if (l->id->verbs && (err = evr__ctx_bind(ctx, l->id->verbs))) {
+	if (l->id->verbs && (err = evr__dev_bind(ctx, l->id->verbs))) {
 		EVR_ERR(ctx, "%s is on device %s, ctx is on %s", host,
 			ibv_get_device_name(l->id->verbs->device),
 			ctx->devname);
@@ -413,7 +413,7 @@ static void on_connect_request(evr_ctx *ctx, const struct cm_ev *e)
 		rdma_destroy_id(e->id);
 		return;
 	}
-	if (evr__ctx_bind(ctx, e->id->verbs)) {
+	if (evr__dev_bind(ctx, e->id->verbs)) {
 		EVR_WARN(ctx, "connect request on device %s, ctx is on %s",
 			 ibv_get_device_name(e->id->verbs->device),
 			 ctx->devname);

@@ -63,6 +63,8 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 	c->recv_depth = ctx->o.recv_depth;
 	evr__opq_init(&c->sendq);
 	evr__opq_init(&c->ctrlq);
+	evr__list_init(&c->work_link);
+	evr__list_init(&c->flush_link);
 	ev_timer_init(&c->timer, on_timer, 0., 0.);
 	ev_timer_init(&c->ka, on_keepalive, 0., 0.);
 	if (opts->keepalive_ms > 0)
@@ -89,6 +91,42 @@ void evr__conn_set_peer(evr_conn *c, const struct evr__hs *hs)
 	c->peer_max_eager = hs->max_eager;
 	c->peer_max_msg = hs->max_msg;
 	evr__credit_init(&c->cr, hs->recv_depth, c->recv_depth);
+}
+
+/*
+ * The CQ's entry for every send-side op of a conn (op->done): the SQ
+ * completes every op posted up to this one, in order; an error fails the
+ * conn; a closing conn may be done draining; and ops that waited for room
+ * in the SQ (nothing else would flush them, e.g. one-sided writes beyond
+ * the SQ depth) go now.
+ */
+static void send_wc(struct evr__op *op, const struct ibv_wc *wc)
+{
+	evr_conn *c = op->conn;
+	int status = evr__wc_errno(wc->status);
+
+	c->last_act = ev_now(c->ctx->loop); /* a sign of life (keepalive) */
+	evr__sq_complete(&c->sq, op, status);
+	if (status)
+		evr__conn_fail(c, evr__wc_conn_errno(wc->status));
+	else if (c->state >= EVR_CS_CLOSING)
+		evr__conn_kick(c);
+	if (c->sendq.head || c->ctrlq.head)
+		evr__conn_dirty(c);
+}
+
+struct evr__op *evr__conn_op_new(evr_conn *c, uint8_t kind,
+				 evr__op_complete_fn complete)
+{
+	struct evr__op *op = evr__op_alloc(c->ctx);
+
+	if (!op)
+		return NULL;
+	op->conn = c;
+	op->kind = kind;
+	op->done = send_wc;
+	op->complete = complete;
+	return op;
 }
 
 static void timer_start(evr_conn *c, unsigned ms)
@@ -122,6 +160,7 @@ static void post_recvs(evr_conn *c, bool announce)
 			c->repost = b->next_free;
 			b->op.conn = c;
 			b->op.kind = EVR_OP_RECV;
+			b->op.done = c->ctx->hooks.recv_done;
 			sges[n].addr = (uintptr_t)b->data;
 			sges[n].length = b->size;
 			sges[n].lkey = b->lkey;
@@ -193,7 +232,7 @@ int evr__conn_setup_qp(evr_conn *c)
 	c->qp = c->id->qp;
 	ctx->max_inline = a.cap.max_inline_data;
 	evr__sq_init(&c->sq, c->qp, ctx->o.sq_depth, ctx->o.signal_interval,
-		     evr__conn_sq_done, &ctx->st);
+		     evr__op_complete, &ctx->st);
 	for (i = 0; i < c->recv_depth; i++) {
 		struct evr__buf *b = evr__pool_get(&ctx->pool);
 
@@ -225,7 +264,7 @@ static void parked_process(evr_conn *c)
 			wc.opcode = (enum ibv_wc_opcode)b->opcode;
 			wc.imm_data = b->imm;
 			c->recv_posted++; /* recv_done counts it off again */
-			evr__recv_done(c, b, &wc);
+			b->op.done(&b->op, &wc);
 		} else {
 			evr__pool_put(&c->ctx->pool, b);
 		}
@@ -250,6 +289,20 @@ void evr__conn_established(evr_conn *c)
 		c->o.on_connect(c, 0, c->o.arg);
 	parked_process(c);
 	evr__conn_dirty(c);
+}
+
+/* The CQ of these conns broke (the cq_failed hook). */
+void evr__conn_fail_cq(evr_ctx *ctx, struct evr__cq *cq, int err)
+{
+	struct evr__list *pos, *tmp;
+
+	evr__list_for_each_safe(pos, tmp, &ctx->conns)
+	{
+		evr_conn *c = evr__container_of(pos, evr_conn, link);
+
+		if (c->cq == cq)
+			evr__conn_fail(c, err);
+	}
 }
 
 void evr__conn_fail(evr_conn *c, int err)
@@ -312,14 +365,13 @@ static void fail_queued(evr_conn *c, int status)
 	struct evr__op *op;
 
 	while ((op = evr__opq_pop(&c->ctrlq)))
-		evr__conn_sq_done(op, status);
+		op->complete(op, status);
 	while ((op = evr__opq_pop(&c->sendq))) {
 		c->queued_bytes -= op->qbytes;
 		op->qbytes = 0;
-		evr__conn_sq_done(op, status);
+		op->complete(op, status);
 	}
-	evr__rndv_fail_waiting(c, status);
-	evr__rx_free_all(c, status);
+	c->ctx->hooks.conn_teardown(c, status);
 }
 
 static void notify_user(evr_conn *c)
@@ -367,24 +419,8 @@ static void conn_release(evr_conn *c)
 		c->early = b->next_free;
 		evr__pool_put(&ctx->pool, b);
 	}
-	evr__msg_detach_held(c);
-	if (c->on_flush) {
-		/* unlink from the flush list */
-		evr_conn **pp = &ctx->flush;
-
-		while (*pp && *pp != c)
-			pp = &(*pp)->flush_next;
-		if (*pp)
-			*pp = c->flush_next;
-	}
-	if (c->on_work) {
-		evr_conn **pp = &ctx->work;
-
-		while (*pp && *pp != c)
-			pp = &(*pp)->work_next;
-		if (*pp)
-			*pp = c->work_next;
-	}
+	ctx->hooks.conn_release(c);
+	evr__runq_forget(c);
 	evr__list_del(&c->link);
 	ctx->st.conns--;
 	free(c);
@@ -418,16 +454,53 @@ static bool sq_busy(const evr_conn *c)
 	return c->sq.batch.n > 0;
 }
 
+static void ctrl_complete(struct evr__op *op, int status)
+{
+	(void)status; /* a failed one fails the conn (send_wc) */
+	if (op->buf)
+		evr__pool_put(&op->conn->ctx->pool, op->buf);
+	evr__op_free(op->conn->ctx, op);
+}
+
+/* A pool buffer carries a control message: header, and the FIN's body. */
+static int ctrl_prepare(evr_conn *c, struct evr__op *op)
+{
+	evr_ctx *ctx = c->ctx;
+	struct evr__hdr h = {0};
+	struct evr__buf *b = evr__pool_get(&ctx->pool);
+	uint32_t len;
+
+	if (!b)
+		return -ENOMEM;
+	h.type = op->ctrl_type;
+	h.credits = evr__credit_piggyback(&c->cr);
+	if (op->ctrl_type == EVR_T_RNDV_FIN) {
+		h.len = EVR_RNDV_FIN_SIZE;
+		evr__rndv_fin_encode(b->data + EVR_HDR_SIZE, op->fin_id,
+				     op->fin_status);
+	}
+	evr__hdr_encode(b->data, &h);
+	len = EVR_HDR_SIZE + h.len;
+	op->buf = b;
+	op->sge.addr = (uintptr_t)b->data;
+	op->sge.length = len;
+	op->sge.lkey = b->lkey;
+	op->wr.sg_list = &op->sge;
+	op->wr.num_sge = 1;
+	op->wr.opcode = IBV_WR_SEND;
+	op->wr.send_flags = len <= ctx->max_inline ? IBV_SEND_INLINE : 0;
+	return 0;
+}
+
 /* A control message of c (EVR_T_CREDIT, _RNDV_FIN, _BYE): it takes a
  * credit and may take the last one.  NULL when out of memory. */
 struct evr__op *evr__ctrl_op_new(evr_conn *c, uint8_t type)
 {
-	struct evr__op *op = evr__op_alloc(c->ctx);
+	struct evr__op *op = evr__conn_op_new(c, EVR_OP_CTRL, ctrl_complete);
 
 	if (!op)
 		return NULL;
-	op->conn = c;
-	op->kind = EVR_OP_CTRL;
+	op->prepare = ctrl_prepare;
 	op->ctrl_type = type;
 	op->credit = op->ctrl = true;
 	return op;
@@ -567,6 +640,13 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
  * conn fails with -ETIMEDOUT.  Every completion counts as a sign of life,
  * so a busy connection never sends probes.
  */
+static void probe_complete(struct evr__op *op, int status)
+{
+	(void)status; /* a failed one fails the conn (send_wc) */
+	op->conn->probe_sent = 0;
+	evr__op_free(op->conn->ctx, op);
+}
+
 static void on_keepalive(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	evr_conn *c = evr__container_of(w, evr_conn, ka);
@@ -590,11 +670,9 @@ static void on_keepalive(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 	if (now - c->last_act < c->ka_idle)
 		return;
-	op = evr__op_alloc(c->ctx);
+	op = evr__conn_op_new(c, EVR_OP_PROBE, probe_complete);
 	if (!op)
 		return; /* try again at the next tick */
-	op->conn = c;
-	op->kind = EVR_OP_PROBE;
 	op->wr.opcode = IBV_WR_RDMA_WRITE;
 	op->wr.num_sge = 0;
 	c->probe_sent = now;
@@ -602,13 +680,6 @@ static void on_keepalive(struct ev_loop *loop, ev_timer *w, int revents)
 	evr__opq_push(&c->ctrlq, op);
 	evr__conn_dirty(c);
 	evr__ctx_progress(c->ctx);
-}
-
-/* Completion of one op of this conn, in posting order (sq.c), or of a
- * queued op that failed before it was posted. */
-void evr__conn_sq_done(struct evr__op *op, int status)
-{
-	evr__msg_op_done(op, status);
 }
 
 /* Take the op's credit, then build its WR.  In this order: whether the
@@ -621,7 +692,12 @@ static int take_and_prepare(evr_conn *c, struct evr__op *op, bool ctrl)
 
 	if (op->credit && !evr__credit_take(&c->cr, ctrl))
 		return -EAGAIN; /* checked by the caller: cannot happen */
-	err = evr__msg_prepare(c, op);
+	if (!op->prepare) {
+		/* built at submission (one-sided ops, rendezvous reads) */
+		op->wr.sg_list = op->wr.num_sge ? &op->sge : NULL;
+		return 0;
+	}
+	err = op->prepare(c, op);
 	if (err && op->credit)
 		c->cr.avail++;
 	return err;
@@ -648,7 +724,7 @@ void evr__conn_flush(evr_conn *c)
 		evr__opq_pop(&c->ctrlq);
 		err = take_and_prepare(c, op, true);
 		if (err) {
-			evr__conn_sq_done(op, err);
+			op->complete(op, err);
 			continue;
 		}
 		evr__sq_add(&c->sq, op);
@@ -661,7 +737,7 @@ void evr__conn_flush(evr_conn *c)
 		op->qbytes = 0;
 		err = take_and_prepare(c, op, false);
 		if (err) {
-			evr__conn_sq_done(op, err);
+			op->complete(op, err);
 			continue;
 		}
 		evr__sq_add(&c->sq, op);
@@ -715,16 +791,13 @@ void evr__conn_free_all(evr_ctx *ctx)
 			evr__sq_abandon(&c->sq, -ECANCELED);
 			/* rendezvous reads still posted kept their messages
 			 * queued; the abandon just ended them */
-			evr__rx_free_all(c, -ECANCELED);
+			ctx->hooks.conn_teardown(c, -ECANCELED);
 			c->recv_posted = 0;
 			if (!c->zombie)
 				notify_user(c);
 			conn_release(c);
 		}
 	}
-	/* ops completed above may have queued more deferred work */
-	while (ctx->done.head)
-		evr__conn_sq_done(evr__opq_pop(&ctx->done), -ECANCELED);
 }
 
 void *evr_conn_arg(const evr_conn *c)

@@ -1,13 +1,14 @@
 /*
- * Completion queues and the completion path.
+ * Completion queues.
  *
- * All CQs of a ctx share one completion channel whose fd is watched by an
- * ev_io.  When it fires: drain ibv_get_cq_event until EAGAIN (acks are
- * counted and given back in batches: ibv_ack_cq_events takes a mutex),
- * poll every CQ that signalled until it is empty, re-arm it, and poll
- * once more -- a completion that landed between the last empty poll and
- * the arm raises no event, and without that last poll it would wait for
- * the next unrelated completion (see test_cq's "raced arm" case).
+ * All CQs of a ctx share one completion channel, watched by the loop
+ * (loop.c).  This file creates, sizes and destroys CQs, takes channel
+ * events (one per call, acks batched), polls, and arms with arm-then-poll:
+ * a completion that landed between the last empty poll and the arm raises
+ * no event, so every arm is followed by a poll until empty (see test_cq's
+ * "raced arm" case).  Each work completion goes to its op -- wr_id is the
+ * op's address -- through op->done: this file knows nothing of what the
+ * ops are for.
  *
  * A CQ is shared by many QPs.  Its depth is kept at least 20 % above the
  * sum of (SQ depth + RQ depth) of its QPs, so it cannot overflow: every
@@ -17,8 +18,8 @@
  * A failing ibv_poll_cq means the CQ is unusable (the device or provider
  * gave up on it) and the completions in it are lost.  It is logged with
  * its errno, the CQ is marked broken -- never polled, armed or given to a
- * new QP again -- and every connection on it fails with -EIO, as for the
- * device's async CQ error.  Their ops still complete exactly once: with
+ * new QP again -- and the cq_failed hook fails every connection on it
+ * with -EIO; the device's async CQ error does the same (evr__cq_break).  Their ops still complete exactly once: with
  * -EIO at once, except those with a WR on the device, which end with
  * -ECANCELED when the conn's flush bound has passed (their flush
  * completions cannot come); on_close (or on_connect) reports -EIO.  The
@@ -204,49 +205,44 @@ int evr__wc_conn_errno(enum ibv_wc_status st)
 	}
 }
 
+/* One completion: to the op it belongs to (wr_id), which knows how it
+ * completes. */
 void evr__dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc)
 {
 	struct evr__op *op = (struct evr__op *)(uintptr_t)wc->wr_id;
-	int status = evr__wc_errno(wc->status);
-	evr_conn *c = op->conn;
 
-	if (status && status != -ECANCELED)
+	if (wc->status != IBV_WC_SUCCESS && wc->status != IBV_WC_WR_FLUSH_ERR)
 		EVR_WARN(ctx, "work completion error on qp %u: %s (vendor 0x%x)",
 			 wc->qp_num, ibv_wc_status_str(wc->status),
 			 wc->vendor_err);
-	c->last_act = ev_now(ctx->loop); /* a sign of life (keepalive) */
-	if (op->kind == EVR_OP_RECV) {
-		evr__recv_done(c, evr__container_of(op, struct evr__buf, op),
-			       wc);
-		return;
-	}
-	evr__sq_complete(&c->sq, op, status);
-	if (status)
-		evr__conn_fail(c, evr__wc_conn_errno(wc->status));
-	else if (c->state >= EVR_CS_CLOSING)
-		evr__conn_kick(c);
-	/* The SQ has room again: ops that waited for it (nothing else would
-	 * flush them, e.g. one-sided writes beyond the SQ depth) go now. */
-	if (c->sendq.head || c->ctrlq.head)
-		evr__conn_dirty(c);
+	op->done(op, wc);
 }
 
-/* The CQ failed (see the top of the file): fail every conn on it. */
-static void cq_break(evr_ctx *ctx, struct evr__cq *cq, int err)
+/* The CQ failed (see the top of the file): never used again, and what
+ * uses it is failed by the hook (the conn layer). */
+void evr__cq_break(evr_ctx *ctx, struct evr__cq *cq, const char *what,
+		   int err)
 {
-	struct evr__list *pos, *tmp;
-
-	EVR_ERR(ctx, "ibv_poll_cq failed: %s (%s): failing the %u QP(s) on "
-		     "that CQ with EIO",
-		evr_strerror(err), evr_err_name(err), cq->nqp);
+	if (cq->broken)
+		return;
+	EVR_ERR(ctx, "%s: %s (%s): failing the %u QP(s) on that CQ with EIO",
+		what, evr_strerror(err), evr_err_name(err), cq->nqp);
 	cq->broken = true;
-	evr__list_for_each_safe(pos, tmp, &ctx->conns)
-	{
-		evr_conn *c = evr__container_of(pos, evr_conn, link);
+	ctx->hooks.cq_failed(ctx, cq, -EIO);
+}
 
-		if (c->cq == cq)
-			evr__conn_fail(c, -EIO);
+struct evr__cq *evr__cq_find(evr_ctx *ctx, const struct ibv_cq *ibcq)
+{
+	struct evr__list *pos;
+
+	for (pos = ctx->cqs.next; pos != &ctx->cqs; pos = pos->next) {
+		struct evr__cq *c = evr__container_of(pos, struct evr__cq,
+						      link);
+
+		if (c->cq == ibcq)
+			return c;
 	}
+	return NULL;
 }
 
 static unsigned cq_drain(evr_ctx *ctx, struct evr__cq *c, unsigned budget)
@@ -261,7 +257,7 @@ static unsigned cq_drain(evr_ctx *ctx, struct evr__cq *c, unsigned budget)
 		n = evr__poll_cq(c->cq, EVR_CQ_BATCH, wc);
 		ctx->st.polls++;
 		if (n < 0) {
-			cq_break(ctx, c, n);
+			evr__cq_break(ctx, c, "ibv_poll_cq failed", n);
 			break;
 		}
 		if (n == 0) {
@@ -290,19 +286,14 @@ unsigned evr__cq_poll_all(evr_ctx *ctx, unsigned budget)
 	return total;
 }
 
-/* Back to sleeping on the completion channel: post what is waiting, arm
- * every CQ that is not armed, poll it until empty (nothing that completed
- * before the arm is left behind), and post what that poll's callbacks
- * submitted.  Posting before arming sends a reply one system call sooner,
- * and the completions of what was just posted that are in by the time of
- * the arm (a send's, on a fast or a software device) are taken by the poll
- * without raising one more event and wakeup.  Returns completions found. */
-int evr__cq_arm_all(evr_ctx *ctx)
+
+/* Arm every CQ that is not armed, then poll it until empty: nothing that
+ * completed before the arm is left behind.  Returns completions found. */
+unsigned evr__cq_arm_unarmed(evr_ctx *ctx)
 {
 	struct evr__list *pos, *tmp;
-	int total = 0;
+	unsigned total = 0;
 
-	evr__ctx_progress(ctx);
 	evr__list_for_each_safe(pos, tmp, &ctx->cqs)
 	{
 		struct evr__cq *c = evr__container_of(pos, struct evr__cq,
@@ -315,26 +306,23 @@ int evr__cq_arm_all(evr_ctx *ctx)
 			continue;
 		}
 		c->armed = true;
-		total += (int)cq_drain(ctx, c, ~0u);
+		total += cq_drain(ctx, c, ~0u);
 	}
-	evr__ctx_progress(ctx);
 	return total;
 }
 
-void evr__cq_on_channel(struct ev_loop *loop, ev_io *w, int revents)
+/*
+ * One event per call: the watcher is level-triggered, so another CQ's
+ * event brings us back on the next iteration, and reading on until EAGAIN
+ * would cost a system call on every wakeup for nothing (the caller polls
+ * every CQ anyway).  Acknowledgements are batched: ibv_ack_cq_events takes
+ * a mutex.
+ */
+void evr__cq_take_event(evr_ctx *ctx)
 {
-	evr_ctx *ctx = evr__container_of(w, evr_ctx, cq_w);
 	struct ibv_cq *ibcq;
 	void *cqctx;
-	unsigned n;
-	bool up;
 
-	(void)loop;
-	(void)revents;
-	/* One event per call: the watcher is level-triggered, so another CQ's
-	 * event brings us back on the next iteration, and reading on until
-	 * EAGAIN would cost a system call on every wakeup for nothing (the
-	 * poll below covers every CQ anyway). */
 	if (evr__get_cq_event(ctx->ch, &ibcq, &cqctx) == 0) {
 		struct evr__cq *c = cqctx;
 
@@ -345,20 +333,4 @@ void evr__cq_on_channel(struct ev_loop *loop, ev_io *w, int revents)
 		}
 		ctx->st.wakeups++;
 	}
-	n = evr__cq_poll_all(ctx, ~0u);
-	up = ctx->mode == EVR_MODE_ADAPTIVE &&
-	     evr__adapt_wakeup(&ctx->adapt, evr__loop_ns(ctx), n);
-	if (!ctx->polling && !up) {
-		evr__cq_arm_all(ctx); /* posts first, see there */
-		return;
-	}
-	/* stay unarmed: the check watcher polls from now on */
-	if (up) {
-		ctx->polling = true;
-		ctx->st.mode_switches++;
-		ev_idle_start(ctx->loop, &ctx->idle_w);
-		if (ctx->mode_cb)
-			ctx->mode_cb(ctx, EVR_MODE_POLL, ctx->mode_arg);
-	}
-	evr__ctx_progress(ctx);
 }

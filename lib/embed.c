@@ -107,8 +107,8 @@ int evr_ctx_timeout_ms(evr_ctx *ctx)
 
 	if (!ctx || !ctx->own_loop)
 		return -1;
-	if (ctx->polling || ctx->need_arm || ctx->work || ctx->flush ||
-	    ctx->done.head || ctx->cm_more)
+	if (ctx->polling || ctx->need_arm || evr__runq_busy(ctx) ||
+	    ctx->cm_more)
 		return 0;
 	ev_now_update(ctx->loop);
 	for (pass = 0; pass < 2; pass++) {

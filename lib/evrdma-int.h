@@ -91,11 +91,31 @@ enum evr__op_kind {
 struct evr__buf;
 struct evr__reg;
 struct evr__rx;
+struct evr__op;
+
+/*
+ * How an op completes, set by whoever makes it (the layer that knows what
+ * the op is for), so that the layers below need not know:
+ *   done      the CQ's entry: wr_id -> op -> op->done(op, wc).  Every op
+ *             that is posted has one (a send-side op: the conn's, which
+ *             completes the SQ in order; a receive: the message layer's).
+ *   complete  the op's end, exactly once, with its status: from the SQ in
+ *             posting order, or from the conn for an op never posted.
+ *   prepare   optional: builds the WR just before it is posted (an eager
+ *             message is copied into a pool buffer only then, with the
+ *             credits it piggybacks); NULL for ops built at submission.
+ */
+typedef void (*evr__op_done_fn)(struct evr__op *op, const struct ibv_wc *wc);
+typedef void (*evr__op_complete_fn)(struct evr__op *op, int status);
+typedef int (*evr__op_prepare_fn)(evr_conn *c, struct evr__op *op);
 
 struct evr__op {
 	struct evr__op *next;	   /* send queue / posted FIFO linkage */
 	struct evr__op *wait_next; /* rendezvous: waiting for the FIN */
 	evr_conn *conn;
+	evr__op_done_fn done;
+	evr__op_complete_fn complete;
+	evr__op_prepare_fn prepare;
 	evr_op_cb cb;
 	void *arg;
 	uint8_t kind;
@@ -278,9 +298,17 @@ struct evr__cq {
 int evr__cq_attach(evr_ctx *ctx, unsigned need, struct evr__cq **out);
 void evr__cq_detach(evr_ctx *ctx, struct evr__cq *cq, unsigned need);
 void evr__cq_destroy_all(evr_ctx *ctx);
-void evr__cq_on_channel(struct ev_loop *loop, ev_io *w, int revents);
+/* Take one completion-channel event, if there is one (ack batched). */
+void evr__cq_take_event(evr_ctx *ctx);
 unsigned evr__cq_poll_all(evr_ctx *ctx, unsigned budget);
-int evr__cq_arm_all(evr_ctx *ctx);
+/* Arm every CQ that is not armed and poll it until empty; returns the
+ * completions found. */
+unsigned evr__cq_arm_unarmed(evr_ctx *ctx);
+/* The CQ is unusable (what: the failed call or event, err: its errno):
+ * mark it, log once and tell the hook (ctx->hooks.cq_failed). */
+void evr__cq_break(evr_ctx *ctx, struct evr__cq *cq, const char *what,
+		   int err);
+struct evr__cq *evr__cq_find(evr_ctx *ctx, const struct ibv_cq *ibcq);
 int evr__wc_errno(enum ibv_wc_status st);
 int evr__wc_conn_errno(enum ibv_wc_status st);
 void evr__dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc);
@@ -341,8 +369,6 @@ struct evr_conn {
 	bool established;    /* on_connect(0) was delivered */
 	bool qp_err;	     /* QP moved to the error state */
 	bool notified;	     /* the last callback was delivered */
-	bool on_work;	     /* queued on ctx->work */
-	bool on_flush;	     /* queued on ctx->flush */
 	bool over_limit;     /* an evr_send returned -ENOBUFS */
 	bool abort;	     /* close with EVR_CLOSE_ABORT */
 	bool in_recv;	     /* inside on_recv (evr_conn_hold allowed) */
@@ -389,7 +415,8 @@ struct evr_conn {
 	/* reject reason */
 	uint8_t rej[EVR_MAX_USER_DATA];
 	size_t rej_len;
-	evr_conn *work_next, *flush_next;
+	struct evr__list work_link;  /* on ctx->work (runq.c), or alone */
+	struct evr__list flush_link; /* on ctx->flush (runq.c), or alone */
 };
 
 struct evr_conn_req {
@@ -407,6 +434,28 @@ struct evr_listener {
 	evr_accept_cb cb;
 	void *arg;
 	uint16_t port;
+};
+
+/*
+ * Calls from a lower layer up to a higher one go through these, set by
+ * ctx.c when it makes the ctx (see docs/architecture.md); the lower layer
+ * includes nothing of the upper one.
+ */
+struct evr__hooks {
+	/* runq.c: a conn queued by evr__conn_kick / evr__conn_dirty */
+	void (*conn_step)(evr_conn *c);
+	void (*conn_flush)(evr_conn *c);
+	/* cq.c: a CQ broke; fail what uses it */
+	void (*cq_failed)(evr_ctx *ctx, struct evr__cq *cq, int err);
+	/* dev.c: the ctx was bound to its device; watch its fds */
+	int (*device_bound)(evr_ctx *ctx);
+	/* conn.c: the completion of a receive buffer (message layer) */
+	evr__op_done_fn recv_done;
+	/* conn.c: the conn ends (status: why): the message layer fails what
+	 * waits on the peer and drops what waits for delivery */
+	void (*conn_teardown)(evr_conn *c, int status);
+	/* conn.c: the conn is freed: held messages outlive it */
+	void (*conn_release)(evr_conn *c);
 };
 
 /* ---- the context (ctx.c) ---- */
@@ -443,9 +492,9 @@ struct evr_ctx {
 	struct evr__pool pool;
 	struct evr__list conns, listeners, mrs, regs, zombies, held;
 	unsigned nregs;
-	evr_conn *work;	 /* conns whose state needs a step */
-	evr_conn *flush; /* conns with something to post */
-	struct evr__opq done; /* op completions deferred to the loop */
+	struct evr__hooks hooks;
+	struct evr__list work;	/* conns whose state needs a step */
+	struct evr__list flush; /* conns with something to post */
 	struct evr__op *op_free;
 	unsigned nop_free;
 	struct evr_stats st;
@@ -470,23 +519,22 @@ static inline uint64_t evr__loop_ns(evr_ctx *ctx)
 int evr__set_nonblock(int fd);
 unsigned evr__env_uint(const char *name, unsigned dflt);
 
-/* ctx.c */
+/* dev.c: choosing and opening the device */
+int evr__dev_open_by_name(evr_ctx *ctx, const char *name);
+int evr__dev_open_by_addr(evr_ctx *ctx, const char *addr);
+int evr__dev_bind(evr_ctx *ctx, struct ibv_context *verbs);
+void evr__dev_release(evr_ctx *ctx);
+
+/* runq.c: ops, and the conns with work to do */
+void evr__runq_init(evr_ctx *ctx);
 struct evr__op *evr__op_alloc(evr_ctx *ctx);
 void evr__op_free(evr_ctx *ctx, struct evr__op *op);
-void evr__op_defer(evr_ctx *ctx, struct evr__op *op, int status);
+void evr__op_free_all(evr_ctx *ctx);
 void evr__conn_kick(evr_conn *c);  /* needs a state step */
 void evr__conn_dirty(evr_conn *c); /* has something to post */
-struct evr__op *evr__ctrl_op_new(evr_conn *c, uint8_t type);
+void evr__runq_forget(evr_conn *c); /* off both queues (it is freed) */
+bool evr__runq_busy(const evr_ctx *ctx);
 void evr__ctx_progress(evr_ctx *ctx);
-void evr__ctx_fail_all(evr_ctx *ctx, int err);
-int evr__ctx_bind(evr_ctx *ctx, struct ibv_context *verbs);
-
-/* embed.c */
-int evr__embed_add_device(evr_ctx *ctx);
-
-/* cm.c */
-void evr__cm_on_channel(struct ev_loop *loop, ev_io *w, int revents);
-const char *evr__cm_event_str(enum rdma_cm_event_type t);
 
 /* conn.c */
 evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
@@ -494,19 +542,55 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 int evr__conn_setup_qp(evr_conn *c);
 void evr__conn_set_peer(evr_conn *c, const struct evr__hs *hs);
 void evr__conn_fail(evr_conn *c, int err);
+void evr__conn_fail_cq(evr_ctx *ctx, struct evr__cq *cq, int err);
 void evr__conn_established(evr_conn *c);
 void evr__conn_step(evr_conn *c);
 void evr__conn_flush(evr_conn *c);
-void evr__conn_sq_done(struct evr__op *op, int status);
 void evr__conn_free_all(evr_ctx *ctx);
 void evr__conn_fill_hs(const evr_conn *c, struct evr__hs *hs);
+/* A send-side op of c; complete is how it ends (see struct evr__op). */
+struct evr__op *evr__conn_op_new(evr_conn *c, uint8_t kind,
+				 evr__op_complete_fn complete);
+/* A control message of c (EVR_T_CREDIT, _RNDV_FIN, _BYE). */
+struct evr__op *evr__ctrl_op_new(evr_conn *c, uint8_t type);
+
+/* The status an op's user callback gets: a WR flushed because its conn
+ * failed reports why the conn failed (-ETIMEDOUT for a dead peer,
+ * -ECONNRESET, ...) rather than the flush; an abort stays -ECANCELED. */
+/* The end of an op (the SQ's completion callback of every conn). */
+static inline void evr__op_complete(struct evr__op *op, int status)
+{
+	op->complete(op, status);
+}
+
+static inline int evr__op_user_status(const evr_conn *c, int status)
+{
+	if (status == -ECANCELED && c->error && !c->abort)
+		return c->error;
+	return status;
+}
 
 /* msg.c */
-void evr__recv_done(evr_conn *c, struct evr__buf *b, const struct ibv_wc *wc);
-void evr__msg_op_done(struct evr__op *op, int status);
-int evr__msg_prepare(evr_conn *c, struct evr__op *op);
-void evr__rx_free_all(evr_conn *c, int status);
-void evr__rndv_fail_waiting(evr_conn *c, int status);
+void evr__msg_recv_done(struct evr__op *op, const struct ibv_wc *wc);
+void evr__msg_teardown(evr_conn *c, int status);
 void evr__msg_detach_held(evr_conn *c);
+
+/* ctx.c */
+void evr__ctx_hooks_init(evr_ctx *ctx);
+
+/* loop.c: the libev watchers that drive the ctx, and the mode */
+void evr__loop_start(evr_ctx *ctx);
+void evr__loop_stop(evr_ctx *ctx);
+int evr__loop_add_device(evr_ctx *ctx);
+void evr__loop_set_polling(evr_ctx *ctx, bool poll);
+void evr__loop_on_cq_channel(struct ev_loop *loop, ev_io *w, int revents);
+void evr__ctx_fail_all(evr_ctx *ctx, int err);
+
+/* embed.c */
+int evr__embed_add_device(evr_ctx *ctx);
+
+/* cm.c */
+void evr__cm_on_channel(struct ev_loop *loop, ev_io *w, int revents);
+const char *evr__cm_event_str(enum rdma_cm_event_type t);
 
 #endif

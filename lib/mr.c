@@ -48,7 +48,7 @@ int evr_mr_reg(evr_ctx *ctx, void *addr, size_t len, unsigned access,
 	if (!ctx->pd) {
 		/* not bound yet: registration needs a device, take the
 		 * default one (EVR_DEVICE or the first) */
-		int err = evr__ctx_bind(ctx, NULL);
+		int err = evr__dev_bind(ctx, NULL);
 
 		if (err)
 			return err;

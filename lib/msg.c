@@ -1,6 +1,8 @@
 /*
  * Two-sided messages: eager sends, rendezvous, receive processing,
- * in-order delivery, held buffers and the completion of every op.
+ * in-order delivery and held buffers.  A message op is built when it is
+ * posted (op->prepare) and ends through op->complete; receives come in
+ * through evr__msg_recv_done (the recv_done hook the conn posts them with).
  *
  * Eager (len <= both sides' eager size): header + payload are copied into a
  * registered pool buffer and sent into one of the peer's pre-posted
@@ -32,6 +34,9 @@ static size_t eager_limit(const evr_conn *c)
 	return EVR__MIN((size_t)c->peer_max_eager, (size_t)c->ctx->max_eager);
 }
 
+static int send_prepare(evr_conn *c, struct evr__op *op);
+static void send_complete(struct evr__op *op, int status);
+
 /* ---- submission ---- */
 
 static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
@@ -53,9 +58,10 @@ static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
 		c->over_limit = true;
 		return -ENOBUFS;
 	}
-	op = evr__op_alloc(ctx);
+	op = evr__conn_op_new(c, EVR_OP_EAGER, send_complete);
 	if (!op)
 		return -ENOMEM;
+	op->prepare = send_prepare;
 	if (iov) {
 		op->iov = malloc(sizeof(*iov) * (size_t)iovcnt);
 		if (!op->iov) {
@@ -65,8 +71,7 @@ static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
 		memcpy(op->iov, iov, sizeof(*iov) * (size_t)iovcnt);
 		op->iovcnt = iovcnt;
 	}
-	op->conn = c;
-	op->kind = EVR_OP_EAGER; /* eager or rendezvous: decided at post */
+	/* EVR_OP_EAGER for now: eager or rendezvous is decided at post */
 	op->src = buf;
 	op->len = len;
 	op->cb = cb;
@@ -136,8 +141,9 @@ static void set_send(struct evr__op *op, struct evr__buf *b, uint32_t len,
 	op->wr.send_flags = len <= max_inline ? IBV_SEND_INLINE : 0;
 }
 
-/* Fill in the WR of a queued op just before it is posted. */
-int evr__msg_prepare(evr_conn *c, struct evr__op *op)
+/* Build the WR of a message just before it is posted (op->prepare):
+ * eager, or the request of a rendezvous. */
+static int send_prepare(evr_conn *c, struct evr__op *op)
 {
 	evr_ctx *ctx = c->ctx;
 	struct evr__hdr h = {0};
@@ -200,38 +206,12 @@ int evr__msg_prepare(evr_conn *c, struct evr__op *op)
 			c->wait_tail = op;
 			return 0;
 		}
-	case EVR_OP_CTRL:
-		b = evr__pool_get(&ctx->pool);
-		if (!b)
-			return -ENOMEM;
-		h.type = op->ctrl_type;
-		h.credits = evr__credit_piggyback(&c->cr);
-		if (op->ctrl_type == EVR_T_RNDV_FIN) {
-			h.len = EVR_RNDV_FIN_SIZE;
-			evr__rndv_fin_encode(b->data + EVR_HDR_SIZE, op->fin_id,
-					     op->fin_status);
-		}
-		evr__hdr_encode(b->data, &h);
-		set_send(op, b, EVR_HDR_SIZE + h.len, ctx->max_inline);
-		return 0;
 	default:
-		/* one-sided ops and rendezvous reads were built at submit */
-		op->wr.sg_list = op->wr.num_sge ? &op->sge : NULL;
-		return 0;
+		return -EINVAL; /* only messages come here */
 	}
 }
 
 /* ---- completion of ops ---- */
-
-/* The status an op's user callback gets: a WR flushed because its conn
- * failed reports why the conn failed (-ETIMEDOUT for a dead peer,
- * -ECONNRESET, ...) rather than the flush; an abort stays -ECANCELED. */
-static int op_user_status(const evr_conn *c, int status)
-{
-	if (status == -ECANCELED && c->error && !c->abort)
-		return c->error;
-	return status;
-}
 
 static void rndv_finish(evr_conn *c, struct evr__op *op)
 {
@@ -247,7 +227,7 @@ static void rndv_finish(evr_conn *c, struct evr__op *op)
 		ctx->st.rndv_sent++;
 	}
 	if (op->cb)
-		op->cb(c, op_user_status(c, op->status), op->arg);
+		op->cb(c, evr__op_user_status(c, op->status), op->arg);
 	evr__op_free(ctx, op);
 }
 
@@ -299,7 +279,9 @@ static void rread_done(evr_conn *c, struct evr__op *op, int status)
 	evr__conn_dirty(c);
 }
 
-void evr__msg_op_done(struct evr__op *op, int status)
+/* The end of a message send (op->complete): eager when its send
+ * completed; rendezvous when both its request's send and the FIN have. */
+static void send_complete(struct evr__op *op, int status)
 {
 	evr_conn *c = op->conn;
 	evr_ctx *ctx = c->ctx;
@@ -308,48 +290,32 @@ void evr__msg_op_done(struct evr__op *op, int status)
 		evr__pool_put(&ctx->pool, op->buf);
 		op->buf = NULL;
 	}
-	switch (op->kind) {
-	case EVR_OP_RNDV:
+	if (op->kind == EVR_OP_RNDV) {
 		if (status && !op->status)
 			op->status = status;
 		if (--op->pending == 0)
 			rndv_finish(c, op);
 		return;
-	case EVR_OP_CTRL:
-		evr__op_free(ctx, op);
-		return;
-	case EVR_OP_PROBE:
-		c->probe_sent = 0; /* an error fails the conn in dispatch */
-		evr__op_free(ctx, op);
-		return;
-	case EVR_OP_RREAD:
-		rread_done(c, op, status);
-		evr__op_free(ctx, op);
-		return;
-	case EVR_OP_EAGER:
-		if (status == 0) {
-			ctx->st.msgs_sent++;
-			ctx->st.bytes_sent += op->len;
-		}
-		free(op->iov);
-		break;
-	case EVR_OP_WRITE:
-	case EVR_OP_WRITE_IMM:
-	case EVR_OP_READ:
-	case EVR_OP_ATOMIC:
-		if (op->mr)
-			op->mr->busy--;
-		break;
-	default:
-		break;
 	}
+	if (status == 0) {
+		ctx->st.msgs_sent++;
+		ctx->st.bytes_sent += op->len;
+	}
+	free(op->iov);
 	if (op->cb)
-		op->cb(c, op_user_status(c, status), op->arg);
+		op->cb(c, evr__op_user_status(c, status), op->arg);
 	evr__op_free(ctx, op);
 }
 
+/* One chunk of a rendezvous read ended (op->complete). */
+static void rread_complete(struct evr__op *op, int status)
+{
+	rread_done(op->conn, op, status);
+	evr__op_free(op->conn->ctx, op);
+}
+
 /* Rendezvous sends whose FIN will never come (the conn is going away). */
-void evr__rndv_fail_waiting(evr_conn *c, int status)
+static void rndv_fail_waiting(evr_conn *c, int status)
 {
 	struct evr__op *op;
 
@@ -469,15 +435,14 @@ static void rx_start_reads(evr_conn *c)
 		}
 		c->rndv_active++;
 		for (off = 0; off < rx->len; off += chunk) {
-			struct evr__op *op = evr__op_alloc(ctx);
+			struct evr__op *op = evr__conn_op_new(c, EVR_OP_RREAD,
+							      rread_complete);
 			size_t n = EVR__MIN(chunk, rx->len - off);
 
 			if (!op) {
 				evr__conn_fail(c, -ENOMEM);
 				return;
 			}
-			op->conn = c;
-			op->kind = EVR_OP_RREAD;
 			op->rx = rx;
 			op->sge.addr = (uintptr_t)rx->rb->mem + off;
 			op->sge.length = (uint32_t)n;
@@ -493,11 +458,10 @@ static void rx_start_reads(evr_conn *c)
 	evr__conn_dirty(c);
 }
 
-void evr__rx_free_all(evr_conn *c, int status)
+static void rx_free_all(evr_conn *c)
 {
 	struct evr__rx *rx;
 
-	(void)status;
 	while ((rx = c->rx_head)) {
 		if (rx->rndv && rx->reads > 0)
 			break; /* reads still posted: freed when they flush */
@@ -618,10 +582,14 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	}
 }
 
-void evr__recv_done(evr_conn *c, struct evr__buf *b, const struct ibv_wc *wc)
+/* The CQ's entry for a receive buffer (op->done of its embedded op). */
+void evr__msg_recv_done(struct evr__op *op, const struct ibv_wc *wc)
 {
+	struct evr__buf *b = evr__container_of(op, struct evr__buf, op);
+	evr_conn *c = op->conn;
 	evr_ctx *ctx = c->ctx;
 
+	c->last_act = ev_now(ctx->loop); /* a sign of life (keepalive) */
 	c->recv_posted--;
 	if (wc->status != IBV_WC_SUCCESS) {
 		int err = evr__wc_errno(wc->status);
@@ -716,4 +684,13 @@ void evr__msg_detach_held(evr_conn *c)
 		if (m->conn == c)
 			m->conn = NULL;
 	}
+}
+
+/* The conn ends (the conn_teardown hook): rendezvous sends whose FIN will
+ * not come end with status; messages waiting for delivery are dropped,
+ * but for those whose reads are still posted (freed when they flush). */
+void evr__msg_teardown(evr_conn *c, int status)
+{
+	rndv_fail_waiting(c, status);
+	rx_free_all(c);
 }

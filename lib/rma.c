@@ -10,6 +10,18 @@
 #include <endian.h>
 #include <errno.h>
 
+/* The end of a one-sided op (op->complete). */
+static void rma_complete(struct evr__op *op, int status)
+{
+	evr_conn *c = op->conn;
+
+	if (op->mr)
+		op->mr->busy--;
+	if (op->cb)
+		op->cb(c, evr__op_user_status(c, status), op->arg);
+	evr__op_free(c->ctx, op);
+}
+
 static int rma_submit(evr_conn *c, enum evr__op_kind kind,
 		      enum ibv_wr_opcode opcode, evr_mr *lmr, size_t loff,
 		      const struct evr_rkey *rk, uint64_t roff, size_t len,
@@ -29,11 +41,9 @@ static int rma_submit(evr_conn *c, enum evr__op_kind kind,
 		return -ERANGE;
 	if (len > ctx->max_msg_sz)
 		return -EMSGSIZE;
-	op = evr__op_alloc(ctx);
+	op = evr__conn_op_new(c, (uint8_t)kind, rma_complete);
 	if (!op)
 		return -ENOMEM;
-	op->conn = c;
-	op->kind = (uint8_t)kind;
 	op->cb = cb;
 	op->arg = arg;
 	op->mr = lmr;

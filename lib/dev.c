@@ -1,0 +1,161 @@
+/*
+ * The device of a ctx: choosing it (by name, by a local address, or the
+ * one an rdma_cm id resolved to), and binding to it -- its PD, completion
+ * channel and buffer pool.  A ctx serves one device, bound at creation
+ * when told which, else lazily by the first cm_id (listen, connect,
+ * incoming request) or memory registration.  Once bound, the
+ * device_bound hook has the loop watch the device's fds.
+ */
+#include "evrdma-int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The device context must be librdmacm's own: cm_ids carry that
+ * ibv_context, and a QP must be created on a PD of the same context. */
+int evr__dev_open_by_name(evr_ctx *ctx, const char *name)
+{
+	struct ibv_context **list;
+	int n, i;
+
+	if (ctx->devlist) {
+		rdma_free_devices(ctx->devlist);
+		ctx->devlist = NULL;
+		ctx->verbs = NULL;
+	}
+	list = rdma_get_devices(&n);
+	if (!list)
+		return errno ? -errno : -ENODEV;
+	for (i = 0; i < n; i++) {
+		if (name && strcmp(ibv_get_device_name(list[i]->device), name))
+			continue;
+		ctx->verbs = list[i];
+		ctx->devlist = list;
+		return 0;
+	}
+	rdma_free_devices(list);
+	EVR_ERR(ctx, "RDMA device %s not found", name ? name : "(any)");
+	return -ENODEV;
+}
+
+int evr__dev_open_by_addr(evr_ctx *ctx, const char *addr)
+{
+	struct rdma_addrinfo hints = {0}, *res = NULL;
+	struct rdma_cm_id *id = NULL;
+	int err;
+
+	hints.ai_flags = RAI_PASSIVE | RAI_NUMERICHOST;
+	hints.ai_port_space = RDMA_PS_TCP;
+	if (rdma_getaddrinfo(addr, NULL, &hints, &res))
+		return -EINVAL;
+	err = rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP);
+	if (err) {
+		err = -errno;
+		goto out;
+	}
+	if (rdma_bind_addr(id, res->ai_src_addr)) {
+		err = -errno;
+		EVR_ERR(ctx, "no RDMA device has address %s", addr);
+		goto out;
+	}
+	if (!id->verbs) {
+		err = -ENODEV;
+		goto out;
+	}
+	err = evr__dev_open_by_name(ctx, ibv_get_device_name(id->verbs->device));
+out:
+	if (id)
+		rdma_destroy_id(id);
+	rdma_freeaddrinfo(res);
+	return err;
+}
+
+/*
+ * Give the device list back to librdmacm.  It closes a removed device (the
+ * kernel's unregistration waits for that) once it has noticed the removal
+ * -- only when it next lists the devices -- and the last user let go: let
+ * it look right after, or the device would stay held until this process
+ * exits.  Our device goes last in the list: librdmacm's
+ * rdma_free_devices() still reads a device it has just closed while it
+ * compares it with the entries that follow.
+ */
+void evr__dev_release(evr_ctx *ctx)
+{
+	struct ibv_context **now, **l = ctx->devlist;
+	int n, i;
+
+	for (n = 0; l[n]; n++)
+		;
+	for (i = 0; i < n - 1; i++) {
+		if (l[i] == ctx->verbs) {
+			l[i] = l[n - 1];
+			l[n - 1] = ctx->verbs;
+			break;
+		}
+	}
+	rdma_free_devices(l);
+	ctx->devlist = NULL;
+	now = rdma_get_devices(NULL);
+	if (now)
+		rdma_free_devices(now);
+}
+
+/*
+ * Set up everything that belongs to the device: PD, completion channel and
+ * buffer pool; then the hook starts watching its fds (loop.c).  verbs is the
+ * librdmacm context of a cm_id (lazy binding), or NULL when ctx->verbs was
+ * already chosen.  A ctx serves one device; -ENODEV for another one.
+ */
+int evr__dev_bind(evr_ctx *ctx, struct ibv_context *verbs)
+{
+	struct ibv_port_attr pattr;
+	int err;
+
+	if (ctx->pd)
+		return verbs && verbs != ctx->verbs ? -ENODEV : 0;
+	if (verbs) {
+		err = evr__dev_open_by_name(ctx, ibv_get_device_name(verbs->device));
+		if (err)
+			return err;
+		if (ctx->verbs != verbs)
+			return -ENODEV;
+	}
+	if (!ctx->verbs) {
+		err = evr__dev_open_by_name(ctx, NULL);
+		if (err)
+			return err;
+	}
+	snprintf(ctx->devname, sizeof(ctx->devname), "%s",
+		 ibv_get_device_name(ctx->verbs->device));
+	if (ibv_query_device(ctx->verbs, &ctx->dattr))
+		return errno ? -errno : -EIO;
+	ctx->max_msg_sz = 1u << 30;
+	if (ibv_query_port(ctx->verbs, 1, &pattr) == 0 && pattr.max_msg_sz)
+		ctx->max_msg_sz = pattr.max_msg_sz;
+	if ((unsigned)ctx->dattr.max_qp_wr < ctx->o.sq_depth ||
+	    (unsigned)ctx->dattr.max_qp_wr < ctx->o.recv_depth) {
+		EVR_ERR(ctx, "queue depth beyond the device limit %d",
+			ctx->dattr.max_qp_wr);
+		return -EINVAL;
+	}
+	ctx->pd = ibv_alloc_pd(ctx->verbs);
+	if (!ctx->pd)
+		return errno ? -errno : -ENOMEM;
+	ctx->ch = ibv_create_comp_channel(ctx->verbs);
+	if (!ctx->ch)
+		return errno ? -errno : -ENOMEM;
+	if ((err = evr__set_nonblock(ctx->ch->fd)) ||
+	    (err = evr__set_nonblock(ctx->verbs->async_fd)))
+		return err;
+	err = evr__pool_init(&ctx->pool, ctx->pd,
+			     EVR_HDR_SIZE + ctx->max_eager, 0);
+	if (err)
+		return err;
+	err = ctx->hooks.device_bound(ctx);
+	if (err)
+		return err;
+	EVR_INFO(ctx, "ctx on %s, mode %s", ctx->devname,
+		 evr_mode_str(ctx->mode));
+	return 0;
+}

@@ -1,0 +1,257 @@
+/*
+ * What drives a ctx on its libev loop, and the mode (EVENT, POLL,
+ * ADAPTIVE) it is driven in.
+ *
+ * Watchers:
+ *   cq_w     completion channel fd: take the event, poll every CQ, then
+ *            either re-arm (EVENT) or stay unarmed and poll (POLL)
+ *   cm_w     rdma_cm event channel fd (cm.c)
+ *   async_w  ibv_context->async_fd: QP/CQ/port/device events
+ *   prep_w   ev_prepare: before the loop sleeps, run the run queue
+ *            (runq.c): every flush and state step, so everything submitted
+ *            during the iteration is posted (one ibv_post_send per QP)
+ *   check_w  ev_check: in POLL mode, poll the CQs after every loop wakeup
+ *   idle_w   ev_idle: active only in POLL mode, keeps the loop from sleeping
+ *            while other watchers still run every iteration
+ *
+ * User callbacks run only from these watchers (through the layers below):
+ * submission calls queue their conn on the run queue and return.  The
+ * adaptive mode's decisions are adapt.c's; this file applies them.
+ */
+#include "evrdma-int.h"
+
+#include <errno.h>
+
+/* Back to sleeping on the completion channel: post what is waiting, arm
+ * every CQ that is not armed, poll it until empty (nothing that completed
+ * before the arm is left behind), and post what that poll's callbacks
+ * submitted.  Posting before arming sends a reply one system call sooner,
+ * and the completions of what was just posted that are in by the time of
+ * the arm (a send's, on a fast or a software device) are taken by the poll
+ * without raising one more event and wakeup. */
+static void arm_all(evr_ctx *ctx)
+{
+	evr__ctx_progress(ctx);
+	evr__cq_arm_unarmed(ctx);
+	evr__ctx_progress(ctx);
+}
+
+void evr__loop_set_polling(evr_ctx *ctx, bool poll)
+{
+	if (ctx->polling == poll)
+		return;
+	ctx->polling = poll;
+	if (poll) {
+		ctx->need_arm = false;
+		ev_idle_start(ctx->loop, &ctx->idle_w);
+	} else {
+		ev_idle_stop(ctx->loop, &ctx->idle_w);
+		/* arm, then poll once more: from the loop (on_prepare), since
+		 * the poll dispatches callbacks and this may be a user call */
+		ctx->need_arm = true;
+	}
+}
+
+static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+	evr_ctx *ctx = evr__container_of(w, evr_ctx, prep_w);
+
+	(void)loop;
+	(void)revents;
+	if (ctx->need_arm && !ctx->polling) {
+		ctx->need_arm = false;
+		arm_all(ctx); /* posts too, before and after */
+	} else {
+		evr__ctx_progress(ctx);
+	}
+}
+
+static void on_check(struct ev_loop *loop, ev_check *w, int revents)
+{
+	evr_ctx *ctx = evr__container_of(w, evr_ctx, check_w);
+	unsigned i, n;
+
+	(void)loop;
+	(void)revents;
+	if (!ctx->polling)
+		return;
+	/* A loop iteration costs a syscall (epoll_wait with timeout 0) and
+	 * clock reads; poll a while before paying it again, but return to the
+	 * loop as soon as there is work, so nothing else waits long. */
+	n = evr__cq_poll_all(ctx, 256);
+	for (i = 0; n == 0 && i < ctx->poll_spin; i++)
+		n = evr__cq_poll_all(ctx, 256);
+	if (ctx->mode == EVR_MODE_ADAPTIVE &&
+	    evr__adapt_poll(&ctx->adapt, evr__loop_ns(ctx), n)) {
+		ctx->st.mode_switches++;
+		evr__loop_set_polling(ctx, false);
+		ctx->need_arm = false;
+		arm_all(ctx); /* we are in the loop: arm and re-poll now */
+		if (ctx->mode_cb)
+			ctx->mode_cb(ctx, EVR_MODE_EVENT, ctx->mode_arg);
+	}
+	evr__ctx_progress(ctx);
+}
+
+static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
+{
+	/* nothing: being active keeps the loop's timeout at zero */
+	(void)loop;
+	(void)w;
+	(void)revents;
+}
+
+/* ---- device async events ---- */
+
+static const char *async_str(enum ibv_event_type t)
+{
+	return ibv_event_type_str(t);
+}
+
+void evr__ctx_fail_all(evr_ctx *ctx, int err)
+{
+	struct evr__list *pos, *tmp;
+
+	evr__list_for_each_safe(pos, tmp, &ctx->conns)
+		evr__conn_fail(evr__container_of(pos, evr_conn, link), err);
+}
+
+static void on_async(struct ev_loop *loop, ev_io *w, int revents)
+{
+	evr_ctx *ctx = evr__container_of(w, evr_ctx, async_w);
+	struct ibv_async_event ev;
+
+	(void)loop;
+	(void)revents;
+	while (ibv_get_async_event(ctx->verbs, &ev) == 0) {
+		evr_conn *c = NULL;
+
+		switch (ev.event_type) {
+		case IBV_EVENT_QP_FATAL:
+		case IBV_EVENT_QP_REQ_ERR:
+		case IBV_EVENT_QP_ACCESS_ERR:
+			c = ev.element.qp->qp_context;
+			EVR_WARN(ctx, "async event %s on qp %u",
+				 async_str(ev.event_type),
+				 ev.element.qp->qp_num);
+			if (c)
+				evr__conn_fail(c, ev.event_type ==
+							  IBV_EVENT_QP_ACCESS_ERR
+						  ? -EACCES
+						  : -EIO);
+			break;
+		case IBV_EVENT_COMM_EST:
+			/* a receive arrived before ESTABLISHED was reported */
+			c = ev.element.qp->qp_context;
+			if (c && c->id)
+				rdma_notify(c->id, IBV_EVENT_COMM_EST);
+			break;
+		case IBV_EVENT_SQ_DRAINED:
+		case IBV_EVENT_QP_LAST_WQE_REACHED:
+		case IBV_EVENT_PATH_MIG:
+		case IBV_EVENT_PATH_MIG_ERR:
+			EVR_DBG(ctx, "async event %s",
+				async_str(ev.event_type));
+			break;
+		case IBV_EVENT_CQ_ERR: {
+			struct evr__cq *cq = evr__cq_find(ctx, ev.element.cq);
+
+			if (cq)
+				evr__cq_break(ctx, cq, "async event CQ_ERR",
+					      -EIO);
+			else
+				EVR_ERR(ctx, "async event %s on an unknown CQ",
+					async_str(ev.event_type));
+			break;
+		}
+		case IBV_EVENT_PORT_ERR:
+			EVR_WARN(ctx, "port %d down: failing connections",
+				 ev.element.port_num);
+			evr__ctx_fail_all(ctx, -ENETDOWN);
+			break;
+		case IBV_EVENT_DEVICE_FATAL:
+			EVR_ERR(ctx, "device %s fatal error", ctx->devname);
+			evr__ctx_fail_all(ctx, -ENODEV);
+			break;
+		case IBV_EVENT_PORT_ACTIVE:
+		case IBV_EVENT_LID_CHANGE:
+		case IBV_EVENT_PKEY_CHANGE:
+		case IBV_EVENT_SM_CHANGE:
+		case IBV_EVENT_CLIENT_REREGISTER:
+		case IBV_EVENT_GID_CHANGE:
+			EVR_INFO(ctx, "async event %s on port %d",
+				 async_str(ev.event_type),
+				 ev.element.port_num);
+			break;
+		default:
+			EVR_INFO(ctx, "async event %s",
+				 async_str(ev.event_type));
+			break;
+		}
+		ibv_ack_async_event(&ev);
+	}
+	evr__ctx_progress(ctx);
+}
+
+void evr__loop_on_cq_channel(struct ev_loop *loop, ev_io *w, int revents)
+{
+	evr_ctx *ctx = evr__container_of(w, evr_ctx, cq_w);
+	unsigned n;
+	bool up;
+
+	(void)loop;
+	(void)revents;
+	evr__cq_take_event(ctx);
+	n = evr__cq_poll_all(ctx, ~0u);
+	up = ctx->mode == EVR_MODE_ADAPTIVE &&
+	     evr__adapt_wakeup(&ctx->adapt, evr__loop_ns(ctx), n);
+	if (!ctx->polling && !up) {
+		arm_all(ctx); /* posts first, see there */
+		return;
+	}
+	/* stay unarmed: the check watcher polls from now on */
+	if (up) {
+		ctx->polling = true;
+		ctx->st.mode_switches++;
+		ev_idle_start(ctx->loop, &ctx->idle_w);
+		if (ctx->mode_cb)
+			ctx->mode_cb(ctx, EVR_MODE_POLL, ctx->mode_arg);
+	}
+	evr__ctx_progress(ctx);
+}
+
+/* The watchers that do not need a device: rdma_cm, prepare, check, and
+ * idle in POLL mode. */
+void evr__loop_start(evr_ctx *ctx)
+{
+	ev_io_init(&ctx->cm_w, evr__cm_on_channel, ctx->cm_ch->fd, EV_READ);
+	ev_prepare_init(&ctx->prep_w, on_prepare);
+	ev_check_init(&ctx->check_w, on_check);
+	ev_idle_init(&ctx->idle_w, on_idle);
+	ev_io_start(ctx->loop, &ctx->cm_w);
+	ev_prepare_start(ctx->loop, &ctx->prep_w);
+	ev_check_start(ctx->loop, &ctx->check_w);
+	if (ctx->polling)
+		ev_idle_start(ctx->loop, &ctx->idle_w);
+}
+
+/* The device is bound (the device_bound hook): watch its completion
+ * channel and async fd, here and in the embedding epoll set if any. */
+int evr__loop_add_device(evr_ctx *ctx)
+{
+	ev_io_init(&ctx->cq_w, evr__loop_on_cq_channel, ctx->ch->fd, EV_READ);
+	ev_io_init(&ctx->async_w, on_async, ctx->verbs->async_fd, EV_READ);
+	ev_io_start(ctx->loop, &ctx->cq_w);
+	ev_io_start(ctx->loop, &ctx->async_w);
+	return ctx->efd >= 0 ? evr__embed_add_device(ctx) : 0;
+}
+
+void evr__loop_stop(evr_ctx *ctx)
+{
+	ev_io_stop(ctx->loop, &ctx->cq_w);
+	ev_io_stop(ctx->loop, &ctx->cm_w);
+	ev_io_stop(ctx->loop, &ctx->async_w);
+	ev_prepare_stop(ctx->loop, &ctx->prep_w);
+	ev_check_stop(ctx->loop, &ctx->check_w);
+	ev_idle_stop(ctx->loop, &ctx->idle_w);
+}

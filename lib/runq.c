@@ -1,0 +1,115 @@
+/*
+ * The run queue of a ctx: what is to be done before the loop sleeps, and
+ * the ops' free list.
+ *
+ * Submission calls never run callbacks or post work requests themselves:
+ * they queue the conn -- on ctx->flush when it has something to post
+ * (evr__conn_dirty), on ctx->work when its state needs a step
+ * (evr__conn_kick) -- and evr__ctx_progress(), called by the loop's
+ * watchers after each batch of events, runs both until quiet, so a
+ * callback's sends are posted in the same pass (one ibv_post_send per QP
+ * per pass).  Both queues are intrusive lists: queuing and unlinking a
+ * conn that is freed are O(1).  What a step or a flush does is the conn
+ * layer's business, reached through ctx->hooks.
+ */
+#include "evrdma-int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Ops kept for reuse: enough for a deep pipeline, bounded so a burst
+ * does not pin memory for ever. */
+#define EVR_OP_FREE_MAX 4096
+
+void evr__runq_init(evr_ctx *ctx)
+{
+	evr__list_init(&ctx->work);
+	evr__list_init(&ctx->flush);
+}
+
+struct evr__op *evr__op_alloc(evr_ctx *ctx)
+{
+	struct evr__op *op = ctx->op_free;
+
+	if (op) {
+		ctx->op_free = op->next;
+		ctx->nop_free--;
+		memset(op, 0, sizeof(*op));
+		return op;
+	}
+	return calloc(1, sizeof(*op));
+}
+
+void evr__op_free(evr_ctx *ctx, struct evr__op *op)
+{
+	if (ctx->nop_free >= EVR_OP_FREE_MAX || ctx->destroying) {
+		free(op);
+		return;
+	}
+	op->next = ctx->op_free;
+	ctx->op_free = op;
+	ctx->nop_free++;
+}
+
+void evr__op_free_all(evr_ctx *ctx)
+{
+	struct evr__op *op;
+
+	while ((op = ctx->op_free)) {
+		ctx->op_free = op->next;
+		free(op);
+	}
+	ctx->nop_free = 0;
+}
+
+void evr__conn_kick(evr_conn *c)
+{
+	if (evr__list_empty(&c->work_link))
+		evr__list_add_tail(&c->ctx->work, &c->work_link);
+}
+
+void evr__conn_dirty(evr_conn *c)
+{
+	if (evr__list_empty(&c->flush_link))
+		evr__list_add_tail(&c->ctx->flush, &c->flush_link);
+}
+
+void evr__runq_forget(evr_conn *c)
+{
+	evr__list_del(&c->work_link);
+	evr__list_del(&c->flush_link);
+}
+
+bool evr__runq_busy(const evr_ctx *ctx)
+{
+	return !evr__list_empty(&ctx->work) || !evr__list_empty(&ctx->flush);
+}
+
+/* Run flushes and state steps until nothing is left: a callback may
+ * submit more, which is posted in the same pass.  Reentrant calls (from
+ * inside a dispatch) return at once: the outermost one does the work. */
+void evr__ctx_progress(evr_ctx *ctx)
+{
+	int round;
+
+	if (ctx->dispatch_depth)
+		return;
+	ctx->dispatch_depth++;
+	for (round = 0; round < 64 && evr__runq_busy(ctx); round++) {
+		while (!evr__list_empty(&ctx->flush)) {
+			evr_conn *c = evr__container_of(ctx->flush.next,
+							evr_conn, flush_link);
+
+			evr__list_del(&c->flush_link);
+			ctx->hooks.conn_flush(c);
+		}
+		while (!evr__list_empty(&ctx->work)) {
+			evr_conn *c = evr__container_of(ctx->work.next,
+							evr_conn, work_link);
+
+			evr__list_del(&c->work_link);
+			ctx->hooks.conn_step(c); /* may free c */
+		}
+	}
+	ctx->dispatch_depth--;
+}
