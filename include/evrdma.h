@@ -384,7 +384,10 @@ EVR_EXPORT int evr_listen(evr_ctx *ctx, const char *host, uint16_t port,
 			  int backlog, evr_accept_cb cb, void *arg,
 			  evr_listener **out);
 EVR_EXPORT uint16_t evr_listener_port(const evr_listener *l);
-/** Stop listening and free the listener (synchronous; no callback). */
+/** Stop listening and free the listener (synchronous; no callback).
+ *  Requests not yet handed to the accept callback are refused.  May be
+ *  called from the accept callback: the request in hand can still be
+ *  answered with evr_accept() or evr_reject(). */
 EVR_EXPORT void evr_listener_close(evr_listener *l);
 
 /**

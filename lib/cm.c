@@ -429,6 +429,7 @@ static void on_connect_request(evr_ctx *ctx, const struct cm_ev *e)
 		rdma_destroy_id(e->id);
 		return;
 	}
+	req.ctx = ctx;
 	req.l = l;
 	req.id = e->id;
 	e->id->context = NULL;
@@ -457,7 +458,7 @@ int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 		evr_conn_opts_init(&dflt);
 		opts = &dflt;
 	}
-	ctx = req->l->ctx;
+	ctx = req->ctx;
 	c = evr__conn_new(ctx, req->id, false, opts);
 	if (!c)
 		return -ENOMEM;

@@ -420,6 +420,7 @@ struct evr_conn {
 };
 
 struct evr_conn_req {
+	evr_ctx *ctx;	 /* the callback may close l before answering */
 	evr_listener *l;
 	struct rdma_cm_id *id;
 	struct evr__hs hs;

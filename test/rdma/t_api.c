@@ -11,7 +11,8 @@
  *                        through the embedding fd.
  *  listener_close        evr_listener_close() with connect requests pending
  *                        (queued, not yet seen by the ctx) and from inside
- *                        the accept callback: each refused client's
+ *                        the accept callback, before or after accepting
+ *                        the request in hand: each refused client's
  *                        on_connect fires once with -ECONNREFUSED, the
  *                        accept callback never fires after the close, and a
  *                        new listener on the same port works.
@@ -511,6 +512,7 @@ struct lc {
 	evr_listener *l;
 	uint16_t port;
 	bool close_in_accept; /* accept the first request, then close */
+	bool close_first;     /* ... close, then accept it */
 	int accepts, accepts_after_close;
 	bool closed;
 	struct echo_srv es; /* the accepted conn's callbacks */
@@ -530,7 +532,13 @@ static void lc_accept(evr_listener *l, evr_conn_req *req, const void *ud,
 	if (t->closed)
 		t->accepts_after_close++;
 	assert_ptr_equal(l, t->l);
-	if (t->close_in_accept) {
+	if (t->close_in_accept && t->close_first) {
+		/* the request outlives its listener */
+		evr_listener_close(l);
+		t->l = NULL;
+		t->closed = true;
+		assert_int_equal(evr_accept(req, &t->es.o, NULL), 0);
+	} else if (t->close_in_accept) {
 		assert_int_equal(evr_accept(req, &t->es.o, NULL), 0);
 		evr_listener_close(l);
 		t->l = NULL;
@@ -584,10 +592,12 @@ static void test_listener_close(void **state)
 {
 	static const struct {
 		const char *name;
-		bool in_accept;
+		bool in_accept, close_first;
 	} rows[] = {
-	    {"requests queued, not yet seen by the ctx", false},
-	    {"closed from the accept callback of the first", true},
+	    {"requests queued, not yet seen by the ctx", false, false},
+	    {"closed from the accept callback of the first", true, false},
+	    {"closed in the accept callback, then the first accepted", true,
+	     true},
 	};
 
 	(void)state;
@@ -600,6 +610,7 @@ static void test_listener_close(void **state)
 
 		memset(&t, 0, sizeof(t));
 		t.close_in_accept = rows[r].in_accept;
+		t.close_first = rows[r].close_first;
 		t.cloop = ev_loop_new(EVFLAG_AUTO);
 		rt_ctx_opts(&o);
 		/* the server on a loop of its own: it sees nothing until the
