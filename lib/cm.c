@@ -124,7 +124,6 @@ int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 		goto err_free;
 	}
 	tmo = opts->timeout_ms ? opts->timeout_ms : ctx->o.connect_timeout_ms;
-	c->state = EVR_CS_RESOLVING_ADDR;
 	if (rdma_resolve_addr(c->id, NULL, (struct sockaddr *)&dst,
 			      (int)EVR__MAX(tmo / 2, 100u))) {
 		err = -errno;
@@ -132,6 +131,7 @@ int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 			 evr_strerror(err));
 		goto err_free;
 	}
+	evr__conn_to(c, EVR_CS_RESOLVING_ADDR);
 	/* libev times relative to the loop's cached clock, which is as old
 	 * as the last iteration: the caller may have done slow work since */
 	ev_now_update(ctx->loop);
@@ -142,10 +142,8 @@ int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 	return 0;
 
 err_free:
-	/* nothing was posted: release without callbacks */
-	c->notified = true;
-	c->state = EVR_CS_DEAD;
-	evr__conn_kick(c); /* freed by the loop, without callbacks */
+	/* never handed out (still NEW): freed by the loop, no callbacks */
+	evr__conn_fail(c, err);
 	return err;
 }
 
@@ -174,7 +172,7 @@ static void on_addr_resolved(evr_conn *c)
 		evr__conn_fail(c, -errno);
 		return;
 	}
-	c->state = EVR_CS_RESOLVING_ROUTE;
+	evr__conn_to(c, EVR_CS_RESOLVING_ROUTE);
 }
 
 static void on_route_resolved(evr_conn *c)
@@ -195,7 +193,7 @@ static void on_route_resolved(evr_conn *c)
 		evr__conn_fail(c, -errno);
 		return;
 	}
-	c->state = EVR_CS_CONNECTING;
+	evr__conn_to(c, EVR_CS_CONNECTING);
 }
 
 static void on_rejected(evr_conn *c, const struct cm_ev *e)
@@ -280,7 +278,7 @@ static void conn_event(evr_conn *c, const struct cm_ev *e)
 		on_established(c, e);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
-		if (s == EVR_CS_DISCONNECTING || s == EVR_CS_DEAD) {
+		if (s >= EVR_CS_FAILED) {
 			evr__conn_kick(c);
 			break;
 		}
@@ -313,7 +311,7 @@ static void conn_event(evr_conn *c, const struct cm_ev *e)
 	return;
 
 unexpected:
-	if (s >= EVR_CS_DISCONNECTING)
+	if (s >= EVR_CS_FAILED)
 		return; /* late events of a conn on its way out */
 	EVR_WARN(ctx, "unexpected rdma_cm event %s in state %s",
 		 evr__cm_event_str(e->type), evr__conn_state_str(s));
@@ -463,7 +461,6 @@ int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 	if (!c)
 		return -ENOMEM;
 	c->ulen = 0;
-	c->state = EVR_CS_ACCEPTING;
 	evr__conn_set_peer(c, &req->hs);
 	err = evr__conn_setup_qp(c);
 	if (err)
@@ -481,6 +478,7 @@ int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 		goto err_release;
 	}
 	req->answered = true;
+	evr__conn_to(c, EVR_CS_ACCEPTING);
 	ev_timer_set(&c->timer,
 		     (opts->timeout_ms ? opts->timeout_ms
 				       : ctx->o.connect_timeout_ms) /
@@ -498,9 +496,7 @@ err_release:
 	reject_id(req->id, "accept failed");
 	req->answered = true;
 	req->id->context = c;
-	c->notified = true;
-	c->state = EVR_CS_DEAD;
-	evr__conn_kick(c);
+	evr__conn_fail(c, err); /* still NEW: no callbacks */
 	return err;
 }
 

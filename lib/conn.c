@@ -2,6 +2,11 @@
  * Connection lifecycle: QP setup, the flush of queued work onto the QP,
  * failure, graceful close and teardown.
  *
+ * A conn's state is one value of enum evr__conn_state (evrdma-int.h draws
+ * the graph); evr__conn_to() makes every change, logs it and refuses an
+ * illegal one.  What a close does next is decided by evr__conn_step(),
+ * run from the run queue whenever something kicks the conn.
+ *
  * A conn is freed only when none of its work requests can still produce a
  * completion: its QP is moved to the error state, every posted WR comes
  * back (flushed), and only then are the QP and cm_id destroyed and the
@@ -12,6 +17,7 @@
  */
 #include "evrdma-int.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,18 +27,65 @@
 const char *evr__conn_state_str(enum evr__conn_state s)
 {
 	static const char *const names[] = {
+		[EVR_CS_NEW] = "new",
 		[EVR_CS_RESOLVING_ADDR] = "resolving-addr",
 		[EVR_CS_RESOLVING_ROUTE] = "resolving-route",
 		[EVR_CS_CONNECTING] = "connecting",
 		[EVR_CS_ACCEPTING] = "accepting",
 		[EVR_CS_ESTABLISHED] = "established",
 		[EVR_CS_CLOSING] = "closing",
-		[EVR_CS_DISCONNECTING] = "disconnecting",
-		[EVR_CS_DEAD] = "dead",
+		[EVR_CS_CLOSING_BYE] = "closing-bye",
+		[EVR_CS_FAILED] = "failed",
+		[EVR_CS_FLUSHING] = "flushing",
+		[EVR_CS_ZOMBIE] = "zombie",
+		[EVR_CS_CLOSED] = "closed",
 	};
 
 	return (unsigned)s < sizeof(names) / sizeof(names[0]) ? names[s]
 							      : "unknown";
+}
+
+/* The transitions evr__conn_to() takes: legal[from] has bit "to" set. */
+#define TO(s) (1u << EVR_CS_##s)
+static const unsigned legal[] = {
+	[EVR_CS_NEW] = TO(RESOLVING_ADDR) | TO(ACCEPTING) | TO(FAILED),
+	[EVR_CS_RESOLVING_ADDR] = TO(RESOLVING_ROUTE) | TO(FAILED),
+	[EVR_CS_RESOLVING_ROUTE] = TO(CONNECTING) | TO(FAILED),
+	[EVR_CS_CONNECTING] = TO(ESTABLISHED) | TO(FAILED),
+	[EVR_CS_ACCEPTING] = TO(ESTABLISHED) | TO(FAILED),
+	[EVR_CS_ESTABLISHED] = TO(CLOSING) | TO(FAILED),
+	[EVR_CS_CLOSING] = TO(CLOSING_BYE) | TO(FLUSHING) | TO(FAILED),
+	[EVR_CS_CLOSING_BYE] = TO(FLUSHING) | TO(FAILED),
+	[EVR_CS_FAILED] = TO(FLUSHING),
+	[EVR_CS_FLUSHING] = TO(ZOMBIE) | TO(CLOSED),
+	[EVR_CS_ZOMBIE] = TO(CLOSED),
+	[EVR_CS_CLOSED] = 0,
+};
+#undef TO
+
+/*
+ * Every change of c->state comes through here: it is logged (EVR_LOG=debug)
+ * and checked against the table above.  An illegal one is a bug of the
+ * library: it stops a build with assertions, and is refused and logged
+ * in one without (--disable-assert).  Leaving the live states records
+ * which one was left (c->ended_in).
+ */
+void evr__conn_to(evr_conn *c, enum evr__conn_state to)
+{
+	enum evr__conn_state from = c->state;
+
+	if (!(legal[from] & (1u << to))) {
+		EVR_ERR(c->ctx, "conn %p: illegal state change %s -> %s",
+			(void *)c, evr__conn_state_str(from),
+			evr__conn_state_str(to));
+		assert(!"illegal conn state change");
+		return;
+	}
+	EVR_DBG(c->ctx, "conn %p: %s -> %s", (void *)c,
+		evr__conn_state_str(from), evr__conn_state_str(to));
+	if (from <= EVR_CS_ESTABLISHED && to > EVR_CS_ESTABLISHED)
+		c->ended_in = from;
+	c->state = to;
 }
 
 static void on_timer(struct ev_loop *loop, ev_timer *w, int revents);
@@ -109,7 +162,7 @@ static void send_wc(struct evr__op *op, const struct ibv_wc *wc)
 	evr__sq_complete(&c->sq, op, status);
 	if (status)
 		evr__conn_fail(c, evr__wc_conn_errno(wc->status));
-	else if (c->state >= EVR_CS_CLOSING)
+	else if (!evr__conn_open(c))
 		evr__conn_kick(c);
 	if (c->sendq.head || c->ctrlq.head)
 		evr__conn_dirty(c);
@@ -150,7 +203,7 @@ static void post_recvs(evr_conn *c, bool announce)
 	while (c->repost) {
 		struct evr__buf *b = c->repost;
 
-		if (c->qp_err || !c->qp) {
+		if (!evr__conn_can_post(c)) {
 			c->repost = b->next_free;
 			evr__pool_put(&c->ctx->pool, b);
 			continue;
@@ -242,7 +295,7 @@ int evr__conn_setup_qp(evr_conn *c)
 		c->repost = b;
 	}
 	post_recvs(c, false);
-	return c->qp_err ? -EIO : 0;
+	return c->state == EVR_CS_FAILED ? c->error : 0;
 }
 
 static void parked_process(evr_conn *c)
@@ -254,8 +307,7 @@ static void parked_process(evr_conn *c)
 		if (!c->early)
 			c->early_tail = NULL;
 		b->next_free = NULL;
-		if (c->state == EVR_CS_ESTABLISHED ||
-		    c->state == EVR_CS_CLOSING) {
+		if (evr__conn_up(c)) {
 			struct ibv_wc wc;
 
 			memset(&wc, 0, sizeof(wc));
@@ -274,8 +326,7 @@ static void parked_process(evr_conn *c)
 void evr__conn_established(evr_conn *c)
 {
 	ev_timer_stop(c->ctx->loop, &c->timer);
-	c->state = EVR_CS_ESTABLISHED;
-	c->established = true;
+	evr__conn_to(c, EVR_CS_ESTABLISHED);
 	c->last_act = ev_now(c->ctx->loop);
 	if (c->ka_idle > 0 && c->ka_timeout > 0) {
 		/* tick at half the idle time: a probe goes out between 1 and
@@ -305,19 +356,19 @@ void evr__conn_fail_cq(evr_ctx *ctx, struct evr__cq *cq, int err)
 	}
 }
 
+/* The conn ends now with err (the first reason given is kept); its next
+ * step tears it down.  A conn already on its way out is only kicked. */
 void evr__conn_fail(evr_conn *c, int err)
 {
-	if (c->state == EVR_CS_DEAD || c->state == EVR_CS_DISCONNECTING) {
+	if (c->state >= EVR_CS_FAILED) {
 		evr__conn_kick(c);
 		return;
 	}
 	if (!c->error)
 		c->error = err;
-	if (c->state == EVR_CS_ACCEPTING)
-		c->state_was_accepting = true;
 	EVR_DBG(c->ctx, "conn %p fails in state %s: %s", (void *)c,
 		evr__conn_state_str(c->state), evr_err_name(err));
-	c->state = EVR_CS_DEAD;
+	evr__conn_to(c, EVR_CS_FAILED);
 	evr__conn_kick(c);
 }
 
@@ -325,39 +376,43 @@ int evr_conn_close(evr_conn *c, unsigned flags)
 {
 	if (!c || (flags & ~EVR_CLOSE_ABORT))
 		return -EINVAL;
-	if (c->state >= EVR_CS_CLOSING || c->notified)
+	if (!evr__conn_open(c))
 		return -EALREADY;
-	if (!c->established) {
-		/* still connecting: on_connect will report -ECANCELED */
+	if (c->state != EVR_CS_ESTABLISHED || (flags & EVR_CLOSE_ABORT)) {
+		/* still connecting: on_connect reports -ECANCELED; an abort:
+		 * on_close and every pending op report -ECANCELED */
 		c->error = -ECANCELED;
-		c->state = EVR_CS_DEAD;
-		evr__conn_kick(c);
-		return 0;
-	}
-	if (flags & EVR_CLOSE_ABORT) {
-		c->abort = true;
-		c->error = -ECANCELED;
-		c->state = EVR_CS_DEAD;
+		evr__conn_to(c, EVR_CS_FAILED);
 	} else {
-		c->state = EVR_CS_CLOSING;
+		evr__conn_to(c, EVR_CS_CLOSING);
 		timer_start(c, c->ctx->o.close_timeout_ms);
 	}
 	evr__conn_kick(c);
 	return 0;
 }
 
-static void qp_to_error(evr_conn *c)
+/*
+ * FAILED or a drained graceful close -> FLUSHING: tell the peer (if it may
+ * think itself connected: we accepted, or were connected), move the QP to
+ * the error state so that every WR posted comes back, and bound the wait
+ * for them.
+ */
+static void start_flushing(evr_conn *c)
 {
 	struct ibv_qp_attr attr;
 
-	if (!c->qp || c->qp_err)
+	evr__conn_to(c, EVR_CS_FLUSHING);
+	if (c->id && c->ended_in >= EVR_CS_ACCEPTING &&
+	    rdma_disconnect(c->id))
+		EVR_DBG(c->ctx, "rdma_disconnect: %s", evr_err_name(-errno));
+	if (!c->qp)
 		return;
 	memset(&attr, 0, sizeof(attr));
 	attr.qp_state = IBV_QPS_ERR;
 	if (ibv_modify_qp(c->qp, &attr, IBV_QP_STATE))
 		EVR_WARN(c->ctx, "moving qp %u to the error state failed",
 			 c->qp->qp_num);
-	c->qp_err = true;
+	timer_start(c, EVR_FLUSH_BOUND_MS);
 }
 
 static void fail_queued(evr_conn *c, int status)
@@ -374,14 +429,15 @@ static void fail_queued(evr_conn *c, int status)
 	c->ctx->hooks.conn_teardown(c, status);
 }
 
+/* The user's last callback: on_close if on_connect(0) was delivered,
+ * else on_connect with the error; none for a conn never handed out. */
 static void notify_user(evr_conn *c)
 {
 	int status = c->error;
 
-	if (c->notified)
+	if (c->ended_in == EVR_CS_NEW)
 		return;
-	c->notified = true;
-	if (c->established) {
+	if (evr__conn_was_up(c)) {
 		if (c->o.on_close)
 			c->o.on_close(c, status, c->o.arg);
 	} else {
@@ -397,6 +453,7 @@ static void conn_release(evr_conn *c)
 	evr_ctx *ctx = c->ctx;
 	struct evr__buf *b;
 
+	evr__conn_to(c, EVR_CS_CLOSED);
 	ev_timer_stop(ctx->loop, &c->timer);
 	ev_timer_stop(ctx->loop, &c->ka);
 	if (c->qp) {
@@ -513,7 +570,7 @@ static bool queue_bye(evr_conn *c)
 {
 	struct evr__op *op;
 
-	if (c->qp_err || !c->qp)
+	if (!evr__conn_can_post(c))
 		return false;
 	op = evr__ctrl_op_new(c, EVR_T_BYE);
 	if (!op)
@@ -523,67 +580,61 @@ static bool queue_bye(evr_conn *c)
 	return true;
 }
 
-/* One step of a conn's state machine, run from evr__ctx_progress(). */
+/* A graceful close still has work on the wire: our sends, and the reads
+ * and FINs already under way (messages the peer keeps sending do not hold
+ * the close open: no new reads start, see rx_start_reads, and what waits
+ * behind them is dropped at teardown). */
+static bool draining(const evr_conn *c)
+{
+	return c->sendq.n || c->ctrlq.n || sq_busy(c) || c->wait_head;
+}
+
+/*
+ * One step of a conn's state machine, run from evr__ctx_progress() when
+ * the conn was kicked:
+ *   CLOSING      drained: queue our BYE (CLOSING_BYE), or if it cannot go,
+ *                start flushing;
+ *   CLOSING_BYE  the BYE and everything before it completed: flush;
+ *   FAILED       flush at once;
+ *   FLUSHING     fail what is queued; once every posted WR came back, the
+ *   ZOMBIE       user's last callback (not again for a zombie), release.
+ */
 void evr__conn_step(evr_conn *c)
 {
-	evr_ctx *ctx = c->ctx;
-	int status;
-
 	switch (c->state) {
 	case EVR_CS_CLOSING:
-		/* Our sends, and the reads and FINs already under way, drain;
-		 * messages the peer keeps sending do not hold the close open
-		 * (no new reads start, see rx_start_reads, and what waits
-		 * behind them is dropped at teardown). */
-		if (c->sendq.n || c->ctrlq.n || sq_busy(c) || c->wait_head)
-			return; /* still draining; the flush kicks us again */
-		if (!c->bye_done) {
-			/* Say goodbye: the peer then knows that all we sent
-			 * has arrived, and reports -ESHUTDOWN rather than the
-			 * -ECONNRESET of a peer that vanished. */
-			c->bye_done = true;
-			if (queue_bye(c))
-				return; /* sending it; its completion kicks us */
+		if (draining(c))
+			return; /* the flush and completions kick us again */
+		/* Say goodbye: the peer then knows that all we sent has
+		 * arrived, and reports -ESHUTDOWN rather than the
+		 * -ECONNRESET of a peer that vanished. */
+		if (queue_bye(c)) {
+			evr__conn_to(c, EVR_CS_CLOSING_BYE);
+			return; /* its completion kicks us */
 		}
-		if (!c->disconnected) {
-			c->disconnected = true;
-			if (rdma_disconnect(c->id))
-				EVR_DBG(ctx, "rdma_disconnect: %s",
-					evr_err_name(-errno));
-		}
-		qp_to_error(c);
-		c->state = EVR_CS_DISCONNECTING;
-		timer_start(c, EVR_FLUSH_BOUND_MS);
-		/* fall through */
-	case EVR_CS_DISCONNECTING:
-	case EVR_CS_DEAD:
+		start_flushing(c);
+		break;
+	case EVR_CS_CLOSING_BYE:
+		if (draining(c))
+			return;
+		start_flushing(c);
+		break;
+	case EVR_CS_FAILED:
+		start_flushing(c);
+		break;
+	case EVR_CS_FLUSHING:
+	case EVR_CS_ZOMBIE:
 		break;
 	default:
 		return;
 	}
 
-	if (c->state == EVR_CS_DEAD && !c->qp_err) {
-		/* tell the peer now -- also when it failed while accepting:
-		 * the peer may already consider itself connected */
-		if ((c->established || c->state_was_accepting) &&
-		    !c->disconnected && c->id) {
-			c->disconnected = true;
-			rdma_disconnect(c->id); /* tell the peer now */
-		}
-		qp_to_error(c);
-		if (c->qp)
-			timer_start(c, EVR_FLUSH_BOUND_MS);
-	}
-	status = c->abort ? -ECANCELED : (c->error ? c->error : -ECANCELED);
-	fail_queued(c, status);
+	fail_queued(c, c->error ? c->error : -ECANCELED);
 	if (c->repost)
 		post_recvs(c, true); /* back to the pool: QP in error */
-	if (c->sq.outstanding || c->recv_posted) {
-		if (!c->zombie)
-			return; /* flushes will kick us */
-		return;
-	}
-	if (!c->zombie)
+	if (c->sq.outstanding || c->recv_posted)
+		return; /* their flushes kick us */
+	if (c->state == EVR_CS_FLUSHING)
 		notify_user(c);
 	conn_release(c);
 }
@@ -605,13 +656,11 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 		evr__conn_fail(c, -ETIMEDOUT);
 		break;
 	case EVR_CS_CLOSING:
+	case EVR_CS_CLOSING_BYE:
 		EVR_WARN(ctx, "graceful close timed out: aborting");
-		c->error = -ETIMEDOUT;
-		c->state = EVR_CS_DEAD;
-		evr__conn_kick(c);
+		evr__conn_fail(c, -ETIMEDOUT);
 		break;
-	case EVR_CS_DISCONNECTING:
-	case EVR_CS_DEAD:
+	case EVR_CS_FLUSHING:
 		if (!c->sq.outstanding && !c->recv_posted)
 			break;
 		EVR_WARN(ctx,
@@ -619,9 +668,9 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 			 "%d ms; closing without them",
 			 c->qp ? c->qp->qp_num : 0, c->sq.outstanding,
 			 c->recv_posted, EVR_FLUSH_BOUND_MS);
-		c->zombie = true;
 		orphan_posted(c);
 		notify_user(c);
+		evr__conn_to(c, EVR_CS_ZOMBIE);
 		evr__list_del(&c->link);
 		evr__list_add_tail(&ctx->zombies, &c->link);
 		break;
@@ -654,7 +703,7 @@ static void on_keepalive(struct ev_loop *loop, ev_timer *w, int revents)
 	struct evr__op *op;
 
 	(void)revents;
-	if (c->state != EVR_CS_ESTABLISHED && c->state != EVR_CS_CLOSING) {
+	if (!evr__conn_up(c)) {
 		ev_timer_stop(loop, w);
 		return;
 	}
@@ -714,8 +763,7 @@ void evr__conn_flush(evr_conn *c)
 
 	if (c->repost)
 		post_recvs(c, true);
-	if (c->qp_err || !c->qp ||
-	    (c->state != EVR_CS_ESTABLISHED && c->state != EVR_CS_CLOSING))
+	if (!evr__conn_can_post(c) || !evr__conn_up(c))
 		return;
 
 	while ((op = c->ctrlq.head) && evr__sq_room(&c->sq) > 0) {
@@ -765,7 +813,7 @@ void evr__conn_flush(evr_conn *c)
 		if (c->o.on_drain)
 			c->o.on_drain(c, c->o.arg);
 	}
-	if (c->state == EVR_CS_CLOSING)
+	if (c->state == EVR_CS_CLOSING || c->state == EVR_CS_CLOSING_BYE)
 		evr__conn_kick(c);
 }
 
@@ -782,18 +830,16 @@ void evr__conn_free_all(evr_ctx *ctx)
 		{
 			evr_conn *c = evr__container_of(pos, evr_conn, link);
 
-			if (!c->error)
-				c->error = -ECANCELED;
-			if (c->state != EVR_CS_DEAD)
-				c->state = EVR_CS_DEAD;
-			qp_to_error(c);
+			evr__conn_fail(c, -ECANCELED);
+			if (c->state == EVR_CS_FAILED)
+				start_flushing(c);
 			fail_queued(c, -ECANCELED);
 			evr__sq_abandon(&c->sq, -ECANCELED);
 			/* rendezvous reads still posted kept their messages
 			 * queued; the abandon just ended them */
 			ctx->hooks.conn_teardown(c, -ECANCELED);
 			c->recv_posted = 0;
-			if (!c->zombie)
+			if (c->state == EVR_CS_FLUSHING)
 				notify_user(c);
 			conn_release(c);
 		}

@@ -314,15 +314,34 @@ int evr__wc_conn_errno(enum ibv_wc_status st);
 void evr__dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc);
 
 /* ---- connections (cm.c, conn.c, msg.c) ---- */
+/*
+ * A connection's life, one value at a time (conn.c, evr__conn_to()):
+ *
+ *   NEW -> RESOLVING_ADDR -> RESOLVING_ROUTE -> CONNECTING -+
+ *   NEW -> ACCEPTING ---------------------------------------+-> ESTABLISHED
+ *   ESTABLISHED -> CLOSING -> CLOSING_BYE -> FLUSHING        (graceful)
+ *   any state before FLUSHING -> FAILED -> FLUSHING          (error, abort,
+ *                                                            timeout)
+ *   FLUSHING -> CLOSED, or FLUSHING -> ZOMBIE -> CLOSED
+ *
+ * The order matters: the states up to ESTABLISHED are "live", from
+ * CLOSING on the conn takes no new work.  ended_in remembers the live
+ * state the conn left, which decides what the end looks like to the user
+ * (on_connect or on_close) and to the peer (told with rdma_disconnect).
+ */
 enum evr__conn_state {
+	EVR_CS_NEW,		/* made; not yet handed to the user */
 	EVR_CS_RESOLVING_ADDR,
 	EVR_CS_RESOLVING_ROUTE,
-	EVR_CS_CONNECTING,
-	EVR_CS_ACCEPTING,
-	EVR_CS_ESTABLISHED,
-	EVR_CS_CLOSING,	      /* graceful: draining sends */
-	EVR_CS_DISCONNECTING, /* QP in error: waiting for the flushes */
-	EVR_CS_DEAD,	      /* gone; waiting to be reaped */
+	EVR_CS_CONNECTING,	/* rdma_connect issued */
+	EVR_CS_ACCEPTING,	/* rdma_accept issued */
+	EVR_CS_ESTABLISHED,	/* on_connect(0) delivered */
+	EVR_CS_CLOSING,		/* graceful close: our sends drain */
+	EVR_CS_CLOSING_BYE,	/* graceful close: our BYE in flight */
+	EVR_CS_FAILED,		/* error, abort or timeout: teardown next */
+	EVR_CS_FLUSHING,	/* QP in error: its WRs come back flushed */
+	EVR_CS_ZOMBIE,		/* user told; QP kept until the flushes come */
+	EVR_CS_CLOSED,		/* released (never seen by anyone) */
 };
 
 const char *evr__conn_state_str(enum evr__conn_state s);
@@ -364,13 +383,10 @@ struct evr_conn {
 	struct rdma_cm_id *id;
 	struct ibv_qp *qp;
 	struct evr__cq *cq;
-	enum evr__conn_state state;
+	enum evr__conn_state state;    /* changed by evr__conn_to() only */
+	enum evr__conn_state ended_in; /* the live state it left */
 	bool active;	     /* we connected (vs accepted) */
-	bool established;    /* on_connect(0) was delivered */
-	bool qp_err;	     /* QP moved to the error state */
-	bool notified;	     /* the last callback was delivered */
 	bool over_limit;     /* an evr_send returned -ENOBUFS */
-	bool abort;	     /* close with EVR_CLOSE_ABORT */
 	bool in_recv;	     /* inside on_recv (evr_conn_hold allowed) */
 	int error;	     /* why it ends (0: local graceful close) */
 	struct evr_conn_opts o;
@@ -405,11 +421,7 @@ struct evr_conn {
 	evr_msg *cur_held;		   /* its held copy, if taken */
 	struct evr__buf *early, *early_tail; /* receives before established */
 	unsigned rndv_active;		   /* rendezvous reads running */
-	bool zombie;	     /* user told; QP kept until its WRs flush */
-	bool disconnected;   /* rdma_disconnect issued */
-	bool bye_done;	     /* closing: our BYE queued (or it could not be) */
 	bool peer_bye;	     /* the peer's BYE arrived: it closes gracefully */
-	bool state_was_accepting; /* failed after rdma_accept() */
 	uint8_t udata[EVR_MAX_USER_DATA]; /* connect request user bytes */
 	size_t ulen;
 	/* reject reason */
@@ -542,6 +554,7 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 			const struct evr_conn_opts *opts);
 int evr__conn_setup_qp(evr_conn *c);
 void evr__conn_set_peer(evr_conn *c, const struct evr__hs *hs);
+void evr__conn_to(evr_conn *c, enum evr__conn_state to);
 void evr__conn_fail(evr_conn *c, int err);
 void evr__conn_fail_cq(evr_ctx *ctx, struct evr__cq *cq, int err);
 void evr__conn_established(evr_conn *c);
@@ -555,6 +568,33 @@ struct evr__op *evr__conn_op_new(evr_conn *c, uint8_t kind,
 /* A control message of c (EVR_T_CREDIT, _RNDV_FIN, _BYE). */
 struct evr__op *evr__ctrl_op_new(evr_conn *c, uint8_t type);
 
+/* Takes new sends, writes, reads (queued until established). */
+static inline bool evr__conn_open(const evr_conn *c)
+{
+	return c->state < EVR_CS_CLOSING;
+}
+
+/* Established or closing gracefully: its QP carries traffic. */
+static inline bool evr__conn_up(const evr_conn *c)
+{
+	return c->state >= EVR_CS_ESTABLISHED &&
+	       c->state <= EVR_CS_CLOSING_BYE;
+}
+
+/* WRs may be posted on its QP: it has one, and it is not on its way into
+ * the error state. */
+static inline bool evr__conn_can_post(const evr_conn *c)
+{
+	return c->qp && c->state < EVR_CS_FAILED;
+}
+
+/* on_connect(0) was delivered: its end is reported by on_close. */
+static inline bool evr__conn_was_up(const evr_conn *c)
+{
+	return evr__conn_up(c) ||
+	       (c->state >= EVR_CS_FAILED && c->ended_in == EVR_CS_ESTABLISHED);
+}
+
 /* The status an op's user callback gets: a WR flushed because its conn
  * failed reports why the conn failed (-ETIMEDOUT for a dead peer,
  * -ECONNRESET, ...) rather than the flush; an abort stays -ECANCELED. */
@@ -566,7 +606,7 @@ static inline void evr__op_complete(struct evr__op *op, int status)
 
 static inline int evr__op_user_status(const evr_conn *c, int status)
 {
-	if (status == -ECANCELED && c->error && !c->abort)
+	if (status == -ECANCELED && c->error)
 		return c->error;
 	return status;
 }

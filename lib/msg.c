@@ -49,7 +49,7 @@ static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
 	if (!c)
 		return -EINVAL;
 	ctx = c->ctx;
-	if (c->state >= EVR_CS_CLOSING || c->notified)
+	if (!evr__conn_open(c))
 		return -EPIPE;
 	max = c->peer_depth ? c->peer_max_msg : ctx->o.max_msg_size;
 	if (len > max)
@@ -334,7 +334,7 @@ static void rndv_fail_waiting(evr_conn *c, int status)
 
 static void repost(evr_conn *c, struct evr__buf *b)
 {
-	if (c->qp_err || !c->qp || c->state >= EVR_CS_DISCONNECTING) {
+	if (!evr__conn_can_post(c)) {
 		evr__pool_put(&c->ctx->pool, b);
 		return;
 	}
@@ -351,7 +351,7 @@ static void deliver(evr_conn *c, struct evr__buf *b, struct evr__rbuf *rb,
 
 	c->ctx->st.msgs_recv++;
 	c->ctx->st.bytes_recv += len;
-	if (c->abort || !c->o.on_recv) {
+	if (c->state >= EVR_CS_FAILED || !c->o.on_recv) {
 		if (b)
 			repost(c, b);
 		evr__rbuf_put(&c->ctx->pool, rb);
@@ -417,7 +417,7 @@ static void rx_start_reads(evr_conn *c)
 
 	/* A closing conn finishes the reads it started, no more: a peer that
 	 * keeps sending must not hold a graceful close open. */
-	if (c->state >= EVR_CS_CLOSING)
+	if (!evr__conn_open(c))
 		return;
 	for (rx = c->rx_head; rx && c->rndv_active < EVR_RNDV_ACTIVE;
 	     rx = rx->next) {
@@ -498,7 +498,7 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		uint32_t imm = be32toh(wc->imm_data);
 
 		repost(c, b);
-		if (c->o.on_imm && !c->abort)
+		if (c->o.on_imm && c->state < EVR_CS_FAILED)
 			c->o.on_imm(c, imm, c->o.arg);
 		return;
 	}
@@ -607,12 +607,12 @@ void evr__msg_recv_done(struct evr__op *op, const struct ibv_wc *wc)
 	}
 	if (wc->opcode == IBV_WC_RECV) /* the device wrote the buffer */
 		EVR__VG_DEFINED(b->data, EVR__MIN(wc->byte_len, b->size));
-	if (c->state >= EVR_CS_DISCONNECTING || c->qp_err) {
+	if (c->state >= EVR_CS_FAILED) {
 		evr__pool_put(&ctx->pool, b);
 		evr__conn_kick(c);
 		return;
 	}
-	if (!c->established) {
+	if (c->state < EVR_CS_ESTABLISHED) {
 		/* arrived before our ESTABLISHED event: keep it for later */
 		b->byte_len = wc->byte_len;
 		b->opcode = (uint8_t)wc->opcode;

@@ -33,7 +33,7 @@ static int rma_submit(evr_conn *c, enum evr__op_kind kind,
 	if (!c || !lmr || !rk || lmr->ctx != c->ctx)
 		return -EINVAL;
 	ctx = c->ctx;
-	if (c->state >= EVR_CS_CLOSING || c->notified)
+	if (!evr__conn_open(c))
 		return -EPIPE;
 	if (loff > lmr->mr->length || len > lmr->mr->length - loff)
 		return -ERANGE;
