@@ -132,11 +132,7 @@ int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 		goto err_free;
 	}
 	evr__conn_to(c, EVR_CS_RESOLVING_ADDR);
-	/* libev times relative to the loop's cached clock, which is as old
-	 * as the last iteration: the caller may have done slow work since */
-	ev_now_update(ctx->loop);
-	ev_timer_set(&c->timer, tmo / 1000.0, 0.);
-	ev_timer_start(ctx->loop, &c->timer);
+	evr__ctx_timer_after(ctx, &c->timer, tmo / 1000.0);
 	if (out)
 		*out = c;
 	return 0;
@@ -479,12 +475,10 @@ int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 	}
 	req->answered = true;
 	evr__conn_to(c, EVR_CS_ACCEPTING);
-	ev_timer_set(&c->timer,
-		     (opts->timeout_ms ? opts->timeout_ms
-				       : ctx->o.connect_timeout_ms) /
-			     1000.0,
-		     0.);
-	ev_timer_start(ctx->loop, &c->timer);
+	evr__ctx_timer_after(ctx, &c->timer,
+			     (opts->timeout_ms ? opts->timeout_ms
+					       : ctx->o.connect_timeout_ms) /
+				     1000.0);
 	if (out)
 		*out = c;
 	return 0;

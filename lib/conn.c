@@ -88,8 +88,8 @@ void evr__conn_to(evr_conn *c, enum evr__conn_state to)
 	c->state = to;
 }
 
-static void on_timer(struct ev_loop *loop, ev_timer *w, int revents);
-static void on_keepalive(struct ev_loop *loop, ev_timer *w, int revents);
+static void on_timer(struct evr__timer *t);
+static void on_keepalive(struct evr__timer *t);
 
 void evr_conn_opts_init(struct evr_conn_opts *o)
 {
@@ -103,6 +103,11 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 
 	if (!c)
 		return NULL;
+	/* its two timers can then always be armed, from any callback */
+	if (evr__timers_reserve(&ctx->timers, 2)) {
+		free(c);
+		return NULL;
+	}
 	c->cm_kind = EVR_CM_CONN;
 	c->ctx = ctx;
 	c->id = id;
@@ -118,8 +123,8 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 	evr__opq_init(&c->ctrlq);
 	evr__list_init(&c->work_link);
 	evr__list_init(&c->flush_link);
-	ev_timer_init(&c->timer, on_timer, 0., 0.);
-	ev_timer_init(&c->ka, on_keepalive, 0., 0.);
+	evr__timer_init(&c->timer, on_timer);
+	evr__timer_init(&c->ka, on_keepalive);
 	if (opts->keepalive_ms > 0)
 		c->ka_idle = opts->keepalive_ms / 1000.0;
 	else if (opts->keepalive_ms == 0)
@@ -184,10 +189,7 @@ struct evr__op *evr__conn_op_new(evr_conn *c, uint8_t kind,
 
 static void timer_start(evr_conn *c, unsigned ms)
 {
-	ev_now_update(c->ctx->loop); /* evr_conn_close() may come late */
-	ev_timer_stop(c->ctx->loop, &c->timer);
-	ev_timer_set(&c->timer, ms / 1000.0, 0.);
-	ev_timer_start(c->ctx->loop, &c->timer);
+	evr__ctx_timer_after(c->ctx, &c->timer, ms / 1000.0);
 }
 
 /* Post the receive buffers on c->repost as one chain.  Re-posted buffers
@@ -325,14 +327,13 @@ static void parked_process(evr_conn *c)
 
 void evr__conn_established(evr_conn *c)
 {
-	ev_timer_stop(c->ctx->loop, &c->timer);
+	evr__ctx_timer_stop(c->ctx, &c->timer);
 	evr__conn_to(c, EVR_CS_ESTABLISHED);
 	c->last_act = ev_now(c->ctx->loop);
 	if (c->ka_idle > 0 && c->ka_timeout > 0) {
 		/* tick at half the idle time: a probe goes out between 1 and
 		 * 1.5 idle times after the last sign of life */
-		ev_timer_set(&c->ka, c->ka_idle / 2, c->ka_idle / 2);
-		ev_timer_start(c->ctx->loop, &c->ka);
+		evr__ctx_timer_after(c->ctx, &c->ka, c->ka_idle / 2);
 	}
 	EVR_DBG(c->ctx, "conn %p established (peer depth %u, eager %u)",
 		(void *)c, c->peer_depth, c->peer_max_eager);
@@ -454,8 +455,8 @@ static void conn_release(evr_conn *c)
 	struct evr__buf *b;
 
 	evr__conn_to(c, EVR_CS_CLOSED);
-	ev_timer_stop(ctx->loop, &c->timer);
-	ev_timer_stop(ctx->loop, &c->ka);
+	evr__ctx_timer_stop(ctx, &c->timer);
+	evr__ctx_timer_stop(ctx, &c->ka);
 	if (c->qp) {
 		rdma_destroy_qp(c->id);
 		c->qp = NULL;
@@ -479,6 +480,7 @@ static void conn_release(evr_conn *c)
 	ctx->hooks.conn_release(c);
 	evr__runq_forget(c);
 	evr__list_del(&c->link);
+	evr__timers_unreserve(&ctx->timers, 2);
 	ctx->st.conns--;
 	free(c);
 }
@@ -639,13 +641,11 @@ void evr__conn_step(evr_conn *c)
 	conn_release(c);
 }
 
-static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
+static void on_timer(struct evr__timer *t)
 {
-	evr_conn *c = evr__container_of(w, evr_conn, timer);
+	evr_conn *c = evr__container_of(t, evr_conn, timer);
 	evr_ctx *ctx = c->ctx;
 
-	(void)loop;
-	(void)revents;
 	switch (c->state) {
 	case EVR_CS_RESOLVING_ADDR:
 	case EVR_CS_RESOLVING_ROUTE:
@@ -696,17 +696,15 @@ static void probe_complete(struct evr__op *op, int status)
 	evr__op_free(op->conn->ctx, op);
 }
 
-static void on_keepalive(struct ev_loop *loop, ev_timer *w, int revents)
+static void on_keepalive(struct evr__timer *t)
 {
-	evr_conn *c = evr__container_of(w, evr_conn, ka);
-	double now = ev_now(loop);
+	evr_conn *c = evr__container_of(t, evr_conn, ka);
+	double now = ev_now(c->ctx->loop);
 	struct evr__op *op;
 
-	(void)revents;
-	if (!evr__conn_up(c)) {
-		ev_timer_stop(loop, w);
-		return;
-	}
+	if (!evr__conn_up(c))
+		return; /* and no next tick */
+	evr__timer_start(&c->ctx->timers, t, now + c->ka_idle / 2);
 	if (c->probe_sent > 0) {
 		if (now - c->probe_sent >= c->ka_timeout) {
 			EVR_WARN(c->ctx, "conn %p: peer silent for %.1f s: "

@@ -68,6 +68,7 @@ static void ctx_free(evr_ctx *ctx)
 	if (ctx->devlist)
 		evr__dev_release(ctx);
 	evr__op_free_all(ctx);
+	evr__timers_free(&ctx->timers);
 	if (ctx->own_loop && ctx->loop)
 		ev_loop_destroy(ctx->loop);
 	free(ctx);

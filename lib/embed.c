@@ -7,21 +7,22 @@
  * it is readable exactly when one of them is.  evr_ctx_process() runs one
  * non-blocking iteration of the private loop (prepare: deferred work and
  * flushes; poll with timeout 0; check: POLL-mode polling; then the ready
- * watchers, each of which drains its fd to EAGAIN -- but the rdma_cm one,
- * which takes a bounded batch, see cm.c).  An epoll fd inside another
- * epoll reports a new event whenever one of its fds gets one, so
- * edge-triggered host loops are woken for every new arrival; and because
- * every handler drains to EAGAIN (or leaves evr_ctx_timeout_ms() at 0) and
- * re-arms with arm-then-poll, nothing that arrived before
+ * watchers: the completion channel's takes one event and polls every CQ
+ * (loop.c), the async fd's drains to EAGAIN, the rdma_cm one takes a
+ * bounded batch (cm.c)).  An epoll fd inside another epoll reports a new
+ * event whenever one of its fds gets one, so edge-triggered host loops are
+ * woken for every new arrival; and because every CQ is polled, then armed
+ * and polled again (arm-then-poll), and rdma_cm events left over by a full
+ * batch keep evr_ctx_timeout_ms() at 0, nothing that arrived before
  * evr_ctx_process() returned is left without a wakeup.
  *
  * What no fd can signal -- deferred work queued by calls the host made
  * outside our callbacks, POLL mode, rdma_cm events left over by a full
- * batch, and the timers of the private loop (each conn's connect / close /
+ * batch, and the ctx's deadlines (timer.c: each conn's connect / close /
  * flush bound and its keepalive tick) -- is reported through
  * evr_ctx_timeout_ms(): 0 for work to do now, else the time to the first
- * timer.  The loop's timers fire only in evr_ctx_process(), so one left
- * out there would never fire while the host sleeps on the fd.
+ * deadline.  Deadlines fire only in evr_ctx_process(), where the private
+ * loop's one timer stands at the heap's top.
  */
 #include "evrdma-int.h"
 
@@ -81,49 +82,27 @@ int evr_ctx_process(evr_ctx *ctx)
 	return 0;
 }
 
-/* Seconds to the earlier of best (negative: none) and the active timer w. */
-static double earlier(evr_ctx *ctx, double best, ev_timer *w)
-{
-	double r;
-
-	if (!ev_is_active(w))
-		return best;
-	r = ev_timer_remaining(ctx->loop, w);
-	return best < 0 || r < best ? r : best;
-}
-
 /*
- * Every timer of a ctx belongs to one of its conns: the connect, close or
- * flush bound (c->timer) and the keepalive tick (c->ka).  Zombies keep
- * theirs until they go.  The remaining time is measured from the loop's
- * clock, which stands where the last iteration left it; the host may have
- * worked since, so the clock is read again first.
+ * Every deadline of the ctx is on its heap (timer.c), whose top is the
+ * next: O(1) however many conns there are.  The remaining time is measured
+ * from the loop's clock, which stands where the last iteration left it;
+ * the host may have worked since, so the clock is read again first.
  */
 int evr_ctx_timeout_ms(evr_ctx *ctx)
 {
-	struct evr__list *pos, *tmp;
-	double next = -1.;
-	int pass;
+	struct evr__timer *t;
+	double next;
 
 	if (!ctx || !ctx->own_loop)
 		return -1;
 	if (ctx->polling || ctx->need_arm || evr__runq_busy(ctx) ||
 	    ctx->cm_more)
 		return 0;
-	ev_now_update(ctx->loop);
-	for (pass = 0; pass < 2; pass++) {
-		struct evr__list *head = pass ? &ctx->zombies : &ctx->conns;
-
-		evr__list_for_each_safe(pos, tmp, head)
-		{
-			evr_conn *c = evr__container_of(pos, evr_conn, link);
-
-			next = earlier(ctx, next, &c->timer);
-			next = earlier(ctx, next, &c->ka);
-		}
-	}
-	if (next < 0)
+	t = evr__timers_first(&ctx->timers);
+	if (!t)
 		return -1;
+	ev_now_update(ctx->loop);
+	next = t->at - ev_now(ctx->loop);
 	if (next <= 0)
 		return 0;
 	return (int)ceil(next * 1000.);

@@ -376,6 +376,28 @@ struct evr_msg {
 	size_t len;
 };
 
+/* ---- deadlines (timer.c): one binary min-heap per ctx ---- */
+struct evr__timer;
+typedef void (*evr__timer_fn)(struct evr__timer *t);
+struct evr__timer {
+	double at;	  /* deadline, on the loop's clock (ev_now) */
+	unsigned idx;	  /* 1 + its place in the heap; 0: not armed */
+	evr__timer_fn fn; /* runs once when due; may arm it again */
+};
+struct evr__timers {
+	struct evr__timer **h;
+	unsigned n, cap, reserved;
+};
+void evr__timer_init(struct evr__timer *t, evr__timer_fn fn);
+int evr__timers_reserve(struct evr__timers *ts, unsigned more);
+void evr__timers_unreserve(struct evr__timers *ts, unsigned n);
+void evr__timers_free(struct evr__timers *ts);
+void evr__timer_start(struct evr__timers *ts, struct evr__timer *t,
+		      double at);
+void evr__timer_stop(struct evr__timers *ts, struct evr__timer *t);
+struct evr__timer *evr__timers_first(const struct evr__timers *ts);
+unsigned evr__timers_run(struct evr__timers *ts, double now);
+
 struct evr_conn {
 	uint8_t cm_kind; /* EVR_CM_CONN: first, see cm.c */
 	evr_ctx *ctx;
@@ -390,10 +412,9 @@ struct evr_conn {
 	bool in_recv;	     /* inside on_recv (evr_conn_hold allowed) */
 	int error;	     /* why it ends (0: local graceful close) */
 	struct evr_conn_opts o;
-	/* The ctx's only timers: evr_ctx_timeout_ms() (embed.c) reads them
-	 * both, and must read any timer added beside them. */
-	struct ev_timer timer; /* connect / close / flush bound */
-	struct ev_timer ka;    /* keepalive tick */
+	/* On the ctx's deadline heap (timer.c); two slots reserved per conn */
+	struct evr__timer timer; /* connect / close / flush bound */
+	struct evr__timer ka;	 /* keepalive tick */
 	double ka_idle, ka_timeout; /* seconds; ka_idle 0: off */
 	double last_act;       /* ev_now() of the last completion */
 	double probe_sent;     /* ev_now() of the probe in flight, or 0 */
@@ -493,6 +514,9 @@ struct evr_ctx {
 	ev_prepare prep_w;
 	ev_check check_w;
 	ev_idle idle_w;
+	struct evr__timers timers; /* every deadline of the ctx (timer.c) */
+	ev_timer timer_w;	   /* at the earliest of them (loop.c) */
+	double timer_w_at;	   /* the deadline timer_w is set for */
 	int efd; /* evr_ctx_fd(): epoll fd for foreign loops, or -1 */
 	enum evr_mode mode; /* requested */
 	bool polling;	    /* in effect: CQs not armed, loop spinning */
@@ -526,6 +550,19 @@ void evr__log(const evr_ctx *ctx, enum evr_log_level lvl, const char *fmt,
 static inline uint64_t evr__loop_ns(evr_ctx *ctx)
 {
 	return (uint64_t)(ev_now(ctx->loop) * 1e9);
+}
+/* Arm t to fire s seconds from now on the loop's clock (read afresh: a
+ * user call may come long after the last loop iteration).  loop.c moves
+ * its one libev timer to the heap's top before the loop sleeps. */
+static inline void evr__ctx_timer_after(evr_ctx *ctx, struct evr__timer *t,
+					double s)
+{
+	ev_now_update(ctx->loop);
+	evr__timer_start(&ctx->timers, t, ev_now(ctx->loop) + s);
+}
+static inline void evr__ctx_timer_stop(evr_ctx *ctx, struct evr__timer *t)
+{
+	evr__timer_stop(&ctx->timers, t);
 }
 /* Empty CQ poll passes per loop iteration in POLL mode (EVR_POLL_SPIN). */
 #define EVR_POLL_SPIN 64

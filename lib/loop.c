@@ -13,6 +13,9 @@
  *   check_w  ev_check: in POLL mode, poll the CQs after every loop wakeup
  *   idle_w   ev_idle: active only in POLL mode, keeps the loop from sleeping
  *            while other watchers still run every iteration
+ *   timer_w  ev_timer at the earliest deadline of the ctx's heap (timer.c:
+ *            connect, close and flush bounds, keepalive ticks): runs the
+ *            due ones; on_prepare moves it when the heap's top changed
  *
  * User callbacks run only from these watchers (through the layers below):
  * submission calls queue their conn on the run queue and return.  The
@@ -52,6 +55,35 @@ void evr__loop_set_polling(evr_ctx *ctx, bool poll)
 	}
 }
 
+/* Keep timer_w at the heap's earliest deadline.  Re-set only when that
+ * changed: in POLL mode this runs every iteration. */
+static void timer_sync(evr_ctx *ctx)
+{
+	struct evr__timer *t = evr__timers_first(&ctx->timers);
+
+	if (!t) {
+		ev_timer_stop(ctx->loop, &ctx->timer_w);
+		return;
+	}
+	if (ev_is_active(&ctx->timer_w) && ctx->timer_w_at == t->at)
+		return;
+	ev_timer_stop(ctx->loop, &ctx->timer_w);
+	ev_timer_set(&ctx->timer_w, EVR__MAX(t->at - ev_now(ctx->loop), 0.),
+		     0.);
+	ev_timer_start(ctx->loop, &ctx->timer_w);
+	ctx->timer_w_at = t->at;
+}
+
+static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	evr_ctx *ctx = evr__container_of(w, evr_ctx, timer_w);
+
+	(void)revents;
+	evr__timers_run(&ctx->timers, ev_now(loop));
+	evr__ctx_progress(ctx);
+	timer_sync(ctx);
+}
+
 static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
 	evr_ctx *ctx = evr__container_of(w, evr_ctx, prep_w);
@@ -64,6 +96,7 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 	} else {
 		evr__ctx_progress(ctx);
 	}
+	timer_sync(ctx); /* after the steps, which may arm timers */
 }
 
 static void on_check(struct ev_loop *loop, ev_check *w, int revents)
@@ -228,6 +261,7 @@ void evr__loop_start(evr_ctx *ctx)
 	ev_prepare_init(&ctx->prep_w, on_prepare);
 	ev_check_init(&ctx->check_w, on_check);
 	ev_idle_init(&ctx->idle_w, on_idle);
+	ev_timer_init(&ctx->timer_w, on_timer, 0., 0.);
 	ev_io_start(ctx->loop, &ctx->cm_w);
 	ev_prepare_start(ctx->loop, &ctx->prep_w);
 	ev_check_start(ctx->loop, &ctx->check_w);
@@ -254,4 +288,5 @@ void evr__loop_stop(evr_ctx *ctx)
 	ev_prepare_stop(ctx->loop, &ctx->prep_w);
 	ev_check_stop(ctx->loop, &ctx->check_w);
 	ev_idle_stop(ctx->loop, &ctx->idle_w);
+	ev_timer_stop(ctx->loop, &ctx->timer_w);
 }
