@@ -540,14 +540,7 @@ static int ctrl_prepare(evr_conn *c, struct evr__op *op)
 	}
 	evr__hdr_encode(b->data, &h);
 	len = EVR_HDR_SIZE + h.len;
-	op->buf = b;
-	op->sge.addr = (uintptr_t)b->data;
-	op->sge.length = len;
-	op->sge.lkey = b->lkey;
-	op->wr.sg_list = &op->sge;
-	op->wr.num_sge = 1;
-	op->wr.opcode = IBV_WR_SEND;
-	op->wr.send_flags = len <= ctx->max_inline ? IBV_SEND_INLINE : 0;
+	evr__op_set_send(op, b, len, ctx->max_inline);
 	return 0;
 }
 

@@ -224,6 +224,20 @@ struct evr__buf {
 	uint8_t opcode;
 };
 
+/* The op sends len bytes of pool buffer b (inline when they fit). */
+static inline void evr__op_set_send(struct evr__op *op, struct evr__buf *b,
+				    uint32_t len, unsigned max_inline)
+{
+	op->buf = b;
+	op->sge.addr = (uintptr_t)b->data;
+	op->sge.length = len;
+	op->sge.lkey = b->lkey;
+	op->wr.sg_list = &op->sge;
+	op->wr.num_sge = 1;
+	op->wr.opcode = IBV_WR_SEND;
+	op->wr.send_flags = len <= max_inline ? IBV_SEND_INLINE : 0;
+}
+
 /* A registered buffer that a rendezvous message is read into.  Freed ones
  * are kept per power-of-two size class (EVR_RBUF_MIN_SHIFT ..
  * EVR_RBUF_MAX_SHIFT), EVR_RBUF_CACHE_BYTES in all, so a stream of large

@@ -128,19 +128,6 @@ static void gather(uint8_t *dst, const struct evr__op *op)
 	}
 }
 
-static void set_send(struct evr__op *op, struct evr__buf *b, uint32_t len,
-		     unsigned max_inline)
-{
-	op->buf = b;
-	op->sge.addr = (uintptr_t)b->data;
-	op->sge.length = len;
-	op->sge.lkey = b->lkey;
-	op->wr.sg_list = &op->sge;
-	op->wr.num_sge = 1;
-	op->wr.opcode = IBV_WR_SEND;
-	op->wr.send_flags = len <= max_inline ? IBV_SEND_INLINE : 0;
-}
-
 /* Build the WR of a message just before it is posted (op->prepare):
  * eager, or the request of a rendezvous. */
 static int send_prepare(evr_conn *c, struct evr__op *op)
@@ -163,7 +150,7 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 			h.credits = evr__credit_piggyback(&c->cr);
 			evr__hdr_encode(b->data, &h);
 			gather(b->data + EVR_HDR_SIZE, op);
-			set_send(op, b, EVR_HDR_SIZE + h.len, ctx->max_inline);
+			evr__op_set_send(op, b, EVR_HDR_SIZE + h.len, ctx->max_inline);
 			return 0;
 		} else {
 			struct evr__rndv_req r;
@@ -194,7 +181,7 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 			h.credits = evr__credit_piggyback(&c->cr);
 			evr__hdr_encode(b->data, &h);
 			evr__rndv_req_encode(b->data + EVR_HDR_SIZE, &r);
-			set_send(op, b, EVR_HDR_SIZE + EVR_RNDV_REQ_SIZE,
+			evr__op_set_send(op, b, EVR_HDR_SIZE + EVR_RNDV_REQ_SIZE,
 				 ctx->max_inline);
 			/* done when both the send and the FIN completed */
 			op->pending = 2;
