@@ -232,12 +232,35 @@ int rdma_create_id(struct rdma_event_channel *ch, struct rdma_cm_id **id,
 	return 0;
 }
 
+/* The kernel discards the events of an id being destroyed that were not
+ * taken yet (and the ids of connect requests to a listener): none is
+ * reported after the destroy. */
+static void drop_events(struct rdma_cm_id *id)
+{
+	struct mock_ev **pp = &evq, *e;
+
+	evq_tail = NULL;
+	while ((e = *pp)) {
+		if (e->ev.id == id || e->ev.listen_id == id) {
+			if (e->ev.listen_id == id)
+				mock_id_of(e->ev.id)->destroyed = true;
+			*pp = e->next;
+			nev--;
+			free(e);
+			continue;
+		}
+		evq_tail = e;
+		pp = &e->next;
+	}
+}
+
 int rdma_destroy_id(struct rdma_cm_id *id)
 {
 	check_id(id);
 	assert(!id->qp || mock_qp_destroyed(id->qp)); /* as librdmacm wants */
 	mock_cm.destroy_id++;
 	mock_id_of(id)->destroyed = true;
+	drop_events(id);
 	return 0;
 }
 
