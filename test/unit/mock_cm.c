@@ -474,6 +474,7 @@ int ibv_query_device(struct ibv_context *context,
 	attr->max_qp_rd_atom = 16;
 	attr->max_qp_init_rd_atom = 16;
 	attr->max_sge = 4;
+	attr->atomic_cap = IBV_ATOMIC_HCA;
 	return 0;
 }
 

@@ -57,8 +57,16 @@ static void log_send(struct ibv_qp *qp, const struct ibv_send_wr *w)
 	r->opcode = w->opcode;
 	r->flags = w->send_flags;
 	r->imm = w->imm_data;
-	r->raddr = w->wr.rdma.remote_addr;
-	r->rkey = w->wr.rdma.rkey;
+	if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+	    w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+		r->raddr = w->wr.atomic.remote_addr;
+		r->rkey = w->wr.atomic.rkey;
+		r->compare_add = w->wr.atomic.compare_add;
+		r->swap = w->wr.atomic.swap;
+	} else {
+		r->raddr = w->wr.rdma.remote_addr;
+		r->rkey = w->wr.rdma.rkey;
+	}
 	if (w->num_sge > 0) {
 		r->laddr = w->sg_list[0].addr;
 		r->lkey = w->sg_list[0].lkey;

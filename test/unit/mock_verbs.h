@@ -97,8 +97,9 @@ struct mock_wr {
 	int opcode;	/* enum ibv_wr_opcode; -1 for a receive */
 	unsigned flags; /* send_flags */
 	uint32_t imm;	/* imm_data, as posted (network order) */
-	uint64_t raddr; /* RDMA: remote address and key */
+	uint64_t raddr; /* RDMA and atomics: remote address and key */
 	uint32_t rkey;
+	uint64_t compare_add, swap; /* atomics */
 	uint64_t laddr; /* first SGE: local address and key */
 	uint32_t lkey;
 	uint32_t len;  /* all SGEs */

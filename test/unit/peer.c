@@ -154,6 +154,7 @@ void peer_conn_opts(struct peer *p, struct evr_conn_opts *o)
 	o->on_close = on_close;
 	o->on_drain = on_drain;
 	o->arg = p;
+	o->keepalive_ms = p->keepalive_ms;
 }
 
 void peer_fini(struct peer *p)
@@ -306,6 +307,38 @@ static enum ibv_wc_opcode wc_opcode(int wr_opcode)
 	}
 }
 
+/* What the peer's device does for an RDMA op of ours, on the test's
+ * memory at wr.raddr. */
+static void carry_out(const struct mock_wr *w)
+{
+	uint64_t old;
+
+	switch (w->opcode) {
+	case IBV_WR_RDMA_READ:
+		if (w->len)
+			memcpy((void *)(uintptr_t)w->laddr,
+			       (const void *)(uintptr_t)w->raddr, w->len);
+		break;
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		if (w->len)
+			memcpy((void *)(uintptr_t)w->raddr, w->data, w->len);
+		break;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		memcpy(&old, (const void *)(uintptr_t)w->raddr, 8);
+		memcpy((void *)(uintptr_t)w->laddr, &old, 8);
+		if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+			old += w->compare_add;
+		else if (old == w->compare_add)
+			old = w->swap;
+		memcpy((void *)(uintptr_t)w->raddr, &old, 8);
+		break;
+	default:
+		break;
+	}
+}
+
 void peer_ack(struct peer *p)
 {
 	for (; p->done < mock_wrs.nsend; p->done++) {
@@ -313,9 +346,7 @@ void peer_ack(struct peer *p)
 
 		if (w->qp != p->qp)
 			continue;
-		if (w->opcode == IBV_WR_RDMA_READ && w->len)
-			memcpy((void *)(uintptr_t)w->laddr,
-			       (const void *)(uintptr_t)w->raddr, w->len);
+		carry_out(w);
 		if (w->flags & IBV_SEND_SIGNALED)
 			push_wc(p, w->wr_id, IBV_WC_SUCCESS,
 				wc_opcode(w->opcode), 0, 0);

@@ -49,6 +49,7 @@ struct peer {
 	uint16_t depth;
 	uint32_t max_eager;
 	uint64_t max_msg;
+	int keepalive_ms; /* evr_conn_opts.keepalive_ms of our conn */
 	/* progress through the WR logs (indexes of mock_wrs) */
 	unsigned seen;	    /* send log: frames read by peer_next */
 	unsigned done;	    /* send log: WRs completed */
@@ -103,8 +104,9 @@ void peer_accept(struct peer *p);
 bool peer_next(struct peer *p, struct peer_frame *f);
 /* Frames posted and not yet read. */
 unsigned peer_unread(const struct peer *p);
-/* Complete every send WR of ours posted so far, successfully (our RDMA
- * READs read the test's memory at wr.raddr). */
+/* Complete every send WR of ours posted so far, successfully; our RDMA
+ * READs, WRITEs and atomics are carried out on the test's memory at
+ * wr.raddr. */
 void peer_ack(struct peer *p);
 /* Complete every WR of ours still posted (sends and receives) as flushed. */
 void peer_flush(struct peer *p);

@@ -12,7 +12,7 @@
  * sends; a failed post; a graceful close that times out; closing while
  * resolving, connecting and accepting (rdma_disconnect only for the
  * accepted one); destroying the ctx under an open conn; late events after
- * the end.  Bad peer input (short header, unknown type, wrong lengths,
+ * the end; keepalive probes, answered and not.  Bad peer input (short header, unknown type, wrong lengths,
  * an eager message above the eager size, an unknown FIN, a receive that
  * failed) fails that conn alone with -EPROTO.
  */
@@ -92,6 +92,14 @@ static unsigned count_frames(struct peer *p, uint8_t type)
 	while (peer_next(p, &fr))
 		n += fr.parsed && fr.msg.hdr.type == type;
 	return n;
+}
+
+static unsigned credits(evr_conn *c)
+{
+	struct evr_conn_info info;
+
+	assert_int_equal(evr_conn_info(c, &info), 0);
+	return info.send_credits;
 }
 
 static void send_n(struct peer *p, unsigned from, unsigned n)
@@ -508,6 +516,51 @@ static void test_ctx_destroy_open_conn(void **state)
 	assert_int_equal(p->close_status, -ECANCELED);
 }
 
+/* Keepalive: an idle conn sends a zero-length RDMA WRITE (no credit); an
+ * acknowledged probe keeps it up, an unanswered one ends it with
+ * -ETIMEDOUT after keepalive_timeout_ms. */
+static void test_keepalive(void **state)
+{
+	struct evr_ctx_opts o;
+	struct peer_frame fr;
+	struct evr_stats st;
+	struct fix *f;
+	struct peer *p;
+	unsigned cr;
+
+	peer_ctx_opts(&o);
+	o.keepalive_timeout_ms = 60;
+	f = new_fix(&o);
+	*state = f;
+	p = &f->p;
+	p->keepalive_ms = 20;
+	peer_connect(p);
+	cr = credits(p->conn);
+	sleep_ms(35);
+	peer_pump(f->ctx);
+	assert_true(peer_next(p, &fr));
+	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_WRITE);
+	assert_int_equal(fr.wr.len, 0);
+	assert_false(peer_next(p, &fr));
+	assert_int_equal(credits(p->conn), cr);
+	evr_ctx_stats(f->ctx, &st);
+	assert_int_equal(st.keepalive_probes, 1);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	sleep_ms(50); /* acknowledged: no timeout, a new probe */
+	peer_pump(f->ctx);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+	assert_true(peer_next(p, &fr));
+	assert_int_equal(fr.wr.len, 0);
+	sleep_ms(90); /* this one is never answered */
+	peer_pump(f->ctx);
+	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->close_status, -ETIMEDOUT);
+}
+
 /* ---- bad peer input: -EPROTO for that conn, the other goes on ---- */
 
 static void expect_eproto(struct fix *f)
@@ -671,6 +724,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_post_send_fails, setup,
 						teardown),
 		cmocka_unit_test_teardown(test_close_timeout, teardown),
+		cmocka_unit_test_teardown(test_keepalive, teardown),
 		cmocka_unit_test_setup_teardown(test_close_connecting,
 						setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_close_resolving,
