@@ -561,6 +561,120 @@ static void test_keepalive(void **state)
 	assert_int_equal(p->close_status, -ETIMEDOUT);
 }
 
+/* Closing from the callbacks themselves. */
+static void abort_in_recv(struct peer *p, const void *data, size_t len)
+{
+	(void)data;
+	(void)len;
+	assert_int_equal(evr_conn_close(p->conn, EVR_CLOSE_ABORT), 0);
+	assert_int_equal(evr_conn_close(p->conn, 0), -EALREADY);
+	assert_int_equal(evr_send(p->conn, "x", 1, NULL, NULL), -EPIPE);
+}
+
+/* An abort from on_recv: the messages behind it in the same batch are not
+ * delivered; on_close once. */
+static void test_abort_in_recv(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+
+	p->on_recv = abort_in_recv;
+	peer_eager(p, "1", 1, 0);
+	peer_eager(p, "2", 1, 0);
+	peer_eager(p, "3", 1, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 1);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 1);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->close_status, -ECANCELED);
+}
+
+static unsigned close_cb_calls;
+static int close_cb_rc[2];
+
+static void close_in_connect(evr_conn *c, int status, void *arg)
+{
+	struct peer *p = arg;
+
+	p->connects++;
+	p->connect_status = status;
+	assert_int_equal(status, 0);
+	assert_int_equal(evr_conn_close(c, 0), 0);
+}
+
+static void calls_in_close(evr_conn *c, int status, void *arg)
+{
+	struct peer *p = arg;
+
+	p->closes++;
+	p->close_status = status;
+	close_cb_calls++;
+	close_cb_rc[0] = evr_conn_close(c, 0);
+	close_cb_rc[1] = evr_send(c, "x", 1, NULL, NULL);
+	p->conn = NULL;
+}
+
+/* A graceful close from on_connect: our BYE is all that goes; from
+ * on_close, close and send are refused. */
+static void test_close_in_connect(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct evr_conn_opts o;
+	uint8_t rep[EVR_HS_MAX];
+
+	peer_conn_opts(p, &o);
+	o.on_connect = close_in_connect;
+	o.on_close = calls_in_close;
+	close_cb_calls = 0;
+	assert_int_equal(evr_connect(f->ctx, "192.0.2.1", 9, &o, &p->conn), 0);
+	p->id = mock_cm_last_id();
+	mock_cm_event(p->id, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
+	mock_cm_event(p->id, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
+	mock_cm_event(p->id, RDMA_CM_EVENT_ESTABLISHED, 0, rep,
+		      peer_hs(p, EVR_HS_REP, rep));
+	peer_pump(f->ctx);
+	p->qp = p->id->qp;
+	assert_int_equal(p->connects, 1);
+	assert_int_equal(p->conn->state, EVR_CS_CLOSING_BYE);
+	assert_int_equal(count_frames(p, EVR_T_BYE), 1);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(close_cb_calls, 1);
+	assert_int_equal(p->close_status, 0);
+	assert_int_equal(close_cb_rc[0], -EALREADY);
+	assert_int_equal(close_cb_rc[1], -EPIPE);
+}
+
+/* Sends beyond send_queue_limit are refused with -ENOBUFS; on_drain fires
+ * once the queue falls to the low-watermark. */
+static void test_queue_limit_and_drain(void **state)
+{
+	struct evr_ctx_opts o;
+	struct fix *f;
+	struct peer *p;
+	static const char data[40];
+
+	peer_ctx_opts(&o);
+	o.send_queue_limit = 64;
+	f = new_fix(&o);
+	*state = f;
+	p = &f->p;
+	peer_connect(p);
+	assert_int_equal(evr_send(p->conn, data, 40, NULL, NULL), 0);
+	assert_int_equal(evr_send(p->conn, data, 40, NULL, NULL), -ENOBUFS);
+	assert_int_equal(p->drains, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->drains, 1);
+	assert_int_equal(evr_send(p->conn, data, 40, NULL, NULL), 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->drains, 1); /* the limit was not reached again */
+}
+
 /* ---- bad peer input: -EPROTO for that conn, the other goes on ---- */
 
 static void expect_eproto(struct fix *f)
@@ -725,6 +839,12 @@ int main(void)
 						teardown),
 		cmocka_unit_test_teardown(test_close_timeout, teardown),
 		cmocka_unit_test_teardown(test_keepalive, teardown),
+		cmocka_unit_test_setup_teardown(test_abort_in_recv, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_close_in_connect,
+						setup_bare, teardown),
+		cmocka_unit_test_teardown(test_queue_limit_and_drain,
+					  teardown),
 		cmocka_unit_test_setup_teardown(test_close_connecting,
 						setup_bare, teardown),
 		cmocka_unit_test_setup_teardown(test_close_resolving,
