@@ -538,6 +538,105 @@ static void test_sendv(void **state)
 	assert_int_equal(p->op_calls[0], 1);
 }
 
+/* A rendezvous send whose FIN never comes: the peer vanishes, the send
+ * ends once with -ECONNRESET, before on_close. */
+static void test_rndv_send_peer_gone(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	static uint8_t big[3000];
+
+	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
+				  peer_op_arg(p, 0)),
+			 0);
+	peer_pump(f->ctx);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	mock_cm_event(p->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
+	peer_pump(f->ctx);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], -ECONNRESET);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->ops_at_close, 1);
+}
+
+/* A graceful close waits for the FIN of a rendezvous send. */
+static void test_rndv_send_close_waits_for_fin(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	static uint8_t big[3000];
+
+	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
+				  peer_op_arg(p, 0)),
+			 0);
+	assert_int_equal(evr_conn_close(p->conn, 0), 0);
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_REQ);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->conn->state, EVR_CS_CLOSING);
+	assert_false(peer_next(p, &fr)); /* no BYE before the FIN */
+	peer_fin(p, fr.msg.rndv.id, 0, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], 0);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_BYE);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->close_status, 0);
+}
+
+/* The conn ends while our rendezvous reads are posted, an eager message
+ * waiting behind them: nothing is delivered, nothing leaks. */
+static void test_rndv_recv_aborted(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	static uint8_t src[200000];
+
+	peer_rndv_req(p, src, sizeof(src), 5, 1, 0);
+	peer_eager(p, "behind", 6, 0);
+	peer_pump(f->ctx);
+	assert_true(peer_unread(p) >= 1);
+	assert_int_equal(evr_conn_close(p->conn, EVR_CLOSE_ABORT), 0);
+	peer_pump(f->ctx);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 0);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->close_status, -ECANCELED);
+}
+
+/* A held rendezvous message keeps its bytes after release of the rest,
+ * and is freed with the ctx if never released. */
+static void test_hold_rndv(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	static uint8_t src[5000];
+
+	memset(src, 0x11, sizeof(src));
+	p->on_recv = hold_it;
+	peer_rndv_req(p, src, sizeof(src), 5, 1, 0);
+	peer_pump(f->ctx);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	p->on_recv = NULL;
+	assert_non_null(held);
+	assert_int_equal(evr_msg_len(held), sizeof(src));
+	assert_memory_equal(evr_msg_data(held), src, sizeof(src));
+	held = NULL; /* left to evr_ctx_destroy */
+}
+
 /* Sizes: above the peer's largest message is refused at once. */
 static void test_send_too_large(void **state)
 {
@@ -583,6 +682,14 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_write_imm_recv, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_sendv, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rndv_send_peer_gone, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_rndv_send_close_waits_for_fin, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rndv_recv_aborted, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_hold_rndv, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_send_too_large, setup,
 						teardown),
 	};
