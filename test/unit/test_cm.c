@@ -10,7 +10,8 @@
  * callback).  Passive side: a request accepted (handshake both ways),
  * rejected with a reason, left unanswered, malformed; the accept bound
  * (the accepted peer is disconnected); a failed rdma_accept; the listener
- * closed from its own callback; receives that arrive before ESTABLISHED.
+ * closed from its own callback; receives that arrive before ESTABLISHED;
+ * the peer gone while we accept; events after the end change nothing.
  */
 #include "config.h"
 
@@ -351,6 +352,28 @@ static void test_connect_timeout(void **state)
 	}
 }
 
+/* Events that come after the conn failed change nothing: one
+ * on_connect, with the first error. */
+static void test_late_events(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	uint8_t rep[EVR_HS_MAX];
+
+	connect_to(p, EVR_CS_CONNECTING);
+	sleep_ms(40);
+	peer_pump(f->ctx);
+	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
+	mock_cm_event(p->id, RDMA_CM_EVENT_ESTABLISHED, 0, rep,
+		      peer_hs(p, EVR_HS_REP, rep));
+	mock_cm_event(p->id, RDMA_CM_EVENT_REJECTED, 0, NULL, 0);
+	mock_cm_event(p->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
+	mock_cm_event(p->id, RDMA_CM_EVENT_TIMEWAIT_EXIT, 0, NULL, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->connects, 0);
+	expect_connect_fails(p, -ETIMEDOUT);
+}
+
 /* Calls that fail inside evr_connect: an error, never a callback, nothing
  * left behind. */
 static void test_connect_fails_at_once(void **state)
@@ -652,6 +675,28 @@ static void test_accept_timeout(void **state)
 	evr_listener_close(l);
 }
 
+/* The peer goes away while we accept: on_connect(-ECONNRESET) once. */
+static void test_disconnect_while_accepting(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	evr_listener *l = listen_on(f, 0);
+
+	p->id = request(f, "");
+	peer_pump(f->ctx);
+	p->conn = acc.conn;
+	p->qp = p->id->qp;
+	mock_cm_event(p->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
+	peer_pump(f->ctx);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->connects, 1);
+	assert_int_equal(p->connect_status, -ECONNRESET);
+	assert_int_equal(p->closes, 0);
+	assert_true(mock_id_of(p->id)->destroyed);
+	evr_listener_close(l);
+}
+
 /* rdma_accept fails: evr_accept returns the error, the request is
  * rejected, no callback ever. */
 static void test_accept_fails(void **state)
@@ -716,6 +761,10 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_connect_timeout,
 						setup_short_bounds, teardown),
+		cmocka_unit_test_setup_teardown(test_late_events,
+						setup_short_bounds, teardown),
+		cmocka_unit_test_setup_teardown(test_disconnect_while_accepting,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_connect_fails_at_once,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_connect_fails_later,
