@@ -12,7 +12,9 @@
  * receive (RDMA READs of the advertised buffer in port-sized chunks, FIN,
  * the bytes delivered); an eager message behind a rendezvous waits for it;
  * a held message keeps its receive buffer until released, and outlives
- * its conn; write with immediate data; vectored sends.
+ * its conn; write with immediate data; vectored sends, eager and
+ * rendezvous (gathered into a copy); rendezvous at the end of a conn; a
+ * failed receive post.
  */
 #include "config.h"
 
@@ -637,6 +639,56 @@ static void test_hold_rndv(void **state)
 	held = NULL; /* left to evr_ctx_destroy */
 }
 
+/* A vectored rendezvous is gathered into a buffer of its own: the REQ
+ * names that copy, which holds the iovecs' bytes in order. */
+static void test_sendv_rndv(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	static uint8_t a[2000], b[1500];
+	struct iovec iov[2] = {{a, sizeof(a)}, {b, sizeof(b)}};
+	const uint8_t *copy;
+
+	memset(a, 'a', sizeof(a));
+	memset(b, 'b', sizeof(b));
+	assert_int_equal(evr_sendv(p->conn, iov, 2, peer_op_cb,
+				   peer_op_arg(p, 0)),
+			 0);
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_REQ);
+	assert_int_equal(fr.msg.rndv.len, sizeof(a) + sizeof(b));
+	copy = (const uint8_t *)(uintptr_t)fr.msg.rndv.addr;
+	assert_true(copy != a && copy != b);
+	assert_non_null(mock_mr_find(copy, fr.msg.rndv.len));
+	assert_memory_equal(copy, a, sizeof(a));
+	assert_memory_equal(copy + sizeof(a), b, sizeof(b));
+	peer_ack(p);
+	peer_fin(p, fr.msg.rndv.id, 0, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], 0);
+}
+
+/* Posting a receive again fails: the conn ends with that error. */
+static void test_post_recv_fails(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+
+	mock.post_recv_rc = -ENOMEM;
+	peer_eager(p, "m", 1, 0);
+	peer_pump(f->ctx);
+	mock.post_recv_rc = 0;
+	assert_int_equal(p->nmsgs, 1);
+	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->close_status, -ENOMEM);
+}
+
 /* Sizes: above the peer's largest message is refused at once. */
 static void test_send_too_large(void **state)
 {
@@ -682,6 +734,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_write_imm_recv, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_sendv, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sendv_rndv, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_post_recv_fails, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_rndv_send_peer_gone, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(
