@@ -689,6 +689,44 @@ static void test_post_recv_fails(void **state)
 	assert_int_equal(p->close_status, -ENOMEM);
 }
 
+/* Destroying the ctx in the middle of everything: our reads posted, an
+ * eager message behind them, a rendezvous send waiting for its FIN, an
+ * eager send queued, a message held.  Each op once, on_close once, all
+ * -ECANCELED; nothing leaks, nothing is touched after it is freed. */
+static void test_ctx_destroy_busy(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	static uint8_t src[100000], big[4000];
+
+	p->on_recv = hold_it;
+	peer_eager(p, "held", 4, 0);
+	peer_pump(f->ctx);
+	p->on_recv = NULL;
+	assert_non_null(held);
+	peer_rndv_req(p, src, sizeof(src), 5, 1, 0);
+	peer_eager(p, "behind", 6, 0);
+	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
+				  peer_op_arg(p, 0)),
+			 0);
+	peer_pump(f->ctx);
+	peer_ack(p); /* the REQ's send completes; the reads too, unseen */
+	assert_int_equal(evr_send(p->conn, "q", 1, peer_op_cb,
+				  peer_op_arg(p, 1)),
+			 0);
+	evr_ctx_destroy(f->ctx);
+	f->ctx = NULL;
+	held = NULL; /* freed with the ctx */
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], -ECANCELED);
+	assert_int_equal(p->op_calls[1], 1);
+	assert_int_equal(p->op_status[1], -ECANCELED);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->close_status, -ECANCELED);
+	assert_int_equal(p->ops_at_close, 2);
+	assert_int_equal(p->nmsgs, 1);
+}
+
 /* Sizes: above the peer's largest message is refused at once. */
 static void test_send_too_large(void **state)
 {
@@ -737,6 +775,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sendv_rndv, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_post_recv_fails, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_ctx_destroy_busy, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_rndv_send_peer_gone, setup,
 						teardown),
