@@ -56,7 +56,7 @@ static int setup_short_bounds(void **state)
 	struct evr_ctx_opts o;
 
 	peer_ctx_opts(&o);
-	o.connect_timeout_ms = 20;
+	o.connect_timeout_ms = 100;
 	*state = new_fix(&o);
 	return 0;
 }
@@ -346,7 +346,7 @@ static void test_connect_timeout(void **state)
 		connect_to(&p, in[i]);
 		peer_pump(f->ctx);
 		assert_int_equal(p.connects, 0);
-		sleep_ms(40);
+		sleep_ms(150);
 		expect_connect_fails(&p, -ETIMEDOUT);
 		peer_fini(&p);
 	}
@@ -361,7 +361,7 @@ static void test_late_events(void **state)
 	uint8_t rep[EVR_HS_MAX];
 
 	connect_to(p, EVR_CS_CONNECTING);
-	sleep_ms(40);
+	sleep_ms(150);
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
 	mock_cm_event(p->id, RDMA_CM_EVENT_ESTABLISHED, 0, rep,
@@ -663,7 +663,7 @@ static void test_accept_timeout(void **state)
 	peer_pump(f->ctx);
 	p->conn = acc.conn;
 	p->qp = p->id->qp;
-	sleep_ms(40);
+	sleep_ms(150);
 	peer_pump(f->ctx);
 	assert_int_equal(mock_id_of(p->id)->disconnect, 1);
 	peer_flush(p);

@@ -385,7 +385,7 @@ static void test_close_timeout(void **state)
 	struct peer *p;
 
 	peer_ctx_opts(&o);
-	o.close_timeout_ms = 20;
+	o.close_timeout_ms = 100;
 	f = new_fix(&o);
 	*state = f;
 	p = &f->p;
@@ -394,7 +394,7 @@ static void test_close_timeout(void **state)
 	assert_int_equal(evr_conn_close(p->conn, 0), 0);
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_CLOSING);
-	sleep_ms(40);
+	sleep_ms(150);
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
 	assert_int_equal(mock_id_of(p->id)->disconnect, 1);
@@ -529,14 +529,14 @@ static void test_keepalive(void **state)
 	unsigned cr;
 
 	peer_ctx_opts(&o);
-	o.keepalive_timeout_ms = 60;
+	o.keepalive_timeout_ms = 200;
 	f = new_fix(&o);
 	*state = f;
 	p = &f->p;
-	p->keepalive_ms = 20;
+	p->keepalive_ms = 50;
 	peer_connect(p);
 	cr = credits(p->conn);
-	sleep_ms(35);
+	sleep_ms(80);
 	peer_pump(f->ctx);
 	assert_true(peer_next(p, &fr));
 	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_WRITE);
@@ -547,12 +547,12 @@ static void test_keepalive(void **state)
 	assert_int_equal(st.keepalive_probes, 1);
 	peer_ack(p);
 	peer_pump(f->ctx);
-	sleep_ms(50); /* acknowledged: no timeout, a new probe */
+	sleep_ms(80); /* acknowledged: no timeout, a new probe */
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
 	assert_true(peer_next(p, &fr));
 	assert_int_equal(fr.wr.len, 0);
-	sleep_ms(90); /* this one is never answered */
+	sleep_ms(250); /* this one is never answered */
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
 	peer_flush(p);
