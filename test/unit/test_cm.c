@@ -216,15 +216,21 @@ static char reason[EVR_MAX_USER_DATA + 1];
 static size_t reason_len;
 static unsigned rejected_calls;
 
+static int rejected_status;
+
+/* Records only: an assertion failing here would leave the library in the
+ * middle of a callback. */
 static void on_connect_reason(evr_conn *c, int status, void *arg)
 {
 	const void *r = evr_conn_reject_reason(c, &reason_len);
 
 	(void)arg;
 	rejected_calls++;
-	assert_int_equal(status, -ECONNREFUSED);
-	assert_non_null(r);
-	memcpy(reason, r, reason_len);
+	rejected_status = status;
+	if (!r)
+		reason_len = 0;
+	else if (reason_len <= sizeof(reason))
+		memcpy(reason, r, reason_len);
 }
 
 static void test_connect_rejected(void **state)
@@ -247,6 +253,7 @@ static void test_connect_rejected(void **state)
 	peer_flush(p);
 	peer_pump(f->ctx);
 	assert_int_equal(rejected_calls, 1);
+	assert_int_equal(rejected_status, -ECONNREFUSED);
 	assert_int_equal(reason_len, 4);
 	assert_memory_equal(reason, "busy", 4);
 	assert_true(mock_id_of(p->id)->destroyed);
