@@ -9,15 +9,96 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mock_verbs.h"
 
 struct mock_verbs mock;
+struct mock_wr_log mock_wrs;
 
 void mock_reset(void)
 {
+	unsigned i;
+
 	memset(&mock, 0, sizeof(mock));
+	for (i = 0; i < mock_wrs.nsend; i++)
+		free(mock_wrs.send[i].data);
+	free(mock_wrs.send);
+	free(mock_wrs.recv);
+	memset(&mock_wrs, 0, sizeof(mock_wrs));
+}
+
+static struct mock_wr *log_slot(struct mock_wr **arr, unsigned *n,
+				unsigned *cap)
+{
+	if (*n == *cap) {
+		*cap = *cap ? *cap * 2 : 64;
+		*arr = realloc(*arr, *cap * sizeof(**arr));
+		assert(*arr);
+	}
+	memset(&(*arr)[*n], 0, sizeof(**arr));
+	return &(*arr)[(*n)++];
+}
+
+static void log_send(struct ibv_qp *qp, const struct ibv_send_wr *w)
+{
+	struct mock_wr *r = log_slot(&mock_wrs.send, &mock_wrs.nsend,
+				     &mock_wrs.cap_send);
+	bool copy = w->opcode == IBV_WR_SEND ||
+		    w->opcode == IBV_WR_SEND_WITH_IMM ||
+		    w->opcode == IBV_WR_RDMA_WRITE ||
+		    w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+	uint32_t off = 0;
+	int i;
+
+	r->qp = qp;
+	r->wr_id = w->wr_id;
+	r->opcode = w->opcode;
+	r->flags = w->send_flags;
+	r->imm = w->imm_data;
+	if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+	    w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+		r->raddr = w->wr.atomic.remote_addr;
+		r->rkey = w->wr.atomic.rkey;
+		r->compare_add = w->wr.atomic.compare_add;
+		r->swap = w->wr.atomic.swap;
+	} else {
+		r->raddr = w->wr.rdma.remote_addr;
+		r->rkey = w->wr.rdma.rkey;
+	}
+	if (w->num_sge > 0) {
+		r->laddr = w->sg_list[0].addr;
+		r->lkey = w->sg_list[0].lkey;
+	}
+	for (i = 0; i < w->num_sge; i++)
+		r->len += w->sg_list[i].length;
+	if (!copy || !r->len)
+		return;
+	r->data = malloc(r->len);
+	assert(r->data);
+	for (i = 0; i < w->num_sge; i++) {
+		memcpy(r->data + off, (const void *)(uintptr_t)w->sg_list[i].addr,
+		       w->sg_list[i].length);
+		off += w->sg_list[i].length;
+	}
+}
+
+static void log_recv(struct ibv_qp *qp, const struct ibv_recv_wr *w)
+{
+	struct mock_wr *r = log_slot(&mock_wrs.recv, &mock_wrs.nrecv,
+				     &mock_wrs.cap_recv);
+	int i;
+
+	r->qp = qp;
+	r->wr_id = w->wr_id;
+	r->opcode = -1;
+	if (w->num_sge > 0) {
+		r->laddr = w->sg_list[0].addr;
+		r->lkey = w->sg_list[0].lkey;
+	}
+	for (i = 0; i < w->num_sge; i++)
+		r->len += w->sg_list[i].length;
 }
 
 void mock_wc_push(const struct ibv_wc *wc)
@@ -60,6 +141,8 @@ int evr__post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		mock.posts[mock.post_send_calls] = rec;
 	mock.post_send_calls++;
 	mock.post_send_wrs += rec.nwr;
+	for (w = wr; w && (!mock.post_send_rc || w != fail); w = w->next)
+		log_send(qp, w);
 	if (mock.post_send_rc) {
 		*bad = fail;
 		return mock.post_send_rc;
@@ -72,7 +155,6 @@ int evr__post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 {
 	struct ibv_recv_wr *w;
 
-	(void)qp;
 	mock.post_recv_calls++;
 	for (w = wr; w; w = w->next)
 		mock.post_recv_wrs++;
@@ -80,6 +162,8 @@ int evr__post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 		*bad = wr;
 		return mock.post_recv_rc;
 	}
+	for (w = wr; w; w = w->next)
+		log_recv(qp, w);
 	return 0;
 }
 

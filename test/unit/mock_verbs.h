@@ -10,6 +10,12 @@
  *                are signaled and the chain head; fails on demand with
  *                *bad pointing at a chosen WR.
  *   post_recv    counts calls and WRs; fails on demand.
+ *   Both keep a log of every WR they accepted (mock_wr_log): its QP,
+ *   wr_id, opcode, flags, remote address and key, local address and key,
+ *   length and, for sends and writes, a copy of the bytes its SGEs held at
+ *   post time -- what the peer would receive.  A test reads the log to see
+ *   what went on the wire and answers with completions of its choosing
+ *   (mock_wc_push) for the logged wr_ids.
  *   poll_cq      hands out scripted work completions from a FIFO, at most
  *                n per call, and records every n it was asked for; fails
  *                on demand, on every CQ or on one.  WCs
@@ -24,6 +30,7 @@
 #define EVR_MOCK_VERBS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "verbs.h"
 
@@ -83,7 +90,33 @@ struct mock_verbs {
 
 extern struct mock_verbs mock;
 
-/* Forget every counter and script. */
+/* One WR accepted by evr__post_send or evr__post_recv. */
+struct mock_wr {
+	struct ibv_qp *qp;
+	uint64_t wr_id;
+	int opcode;	/* enum ibv_wr_opcode; -1 for a receive */
+	unsigned flags; /* send_flags */
+	uint32_t imm;	/* imm_data, as posted (network order) */
+	uint64_t raddr; /* RDMA and atomics: remote address and key */
+	uint32_t rkey;
+	uint64_t compare_add, swap; /* atomics */
+	uint64_t laddr; /* first SGE: local address and key */
+	uint32_t lkey;
+	uint32_t len;  /* all SGEs */
+	uint8_t *data; /* sends and writes: the bytes, len of them */
+};
+
+struct mock_wr_log {
+	struct mock_wr *send; /* in posting order */
+	unsigned nsend;
+	struct mock_wr *recv;
+	unsigned nrecv;
+	unsigned cap_send, cap_recv;
+};
+
+extern struct mock_wr_log mock_wrs;
+
+/* Forget every counter and script (and the WR log). */
 void mock_reset(void);
 /* Queue a WC that poll_cq will return (visible now). */
 void mock_wc_push(const struct ibv_wc *wc);

@@ -1,0 +1,137 @@
+/*
+ * A fixture for the unit tests of the upper layers: a ctx on the mocks
+ * (mock_verbs, mock_cm), a connection made through the library's own
+ * connect or accept path, and the peer at its other end, played by the
+ * test.
+ *
+ * The peer reads what our side posted from the mock's WR log (decoded with
+ * lib/proto.c) and answers with completions: it fills our posted receives
+ * with its frames, completes our sends (carrying out our RDMA READs from
+ * its memory, which is the test's), or flushes everything as a QP in the
+ * error state does.  Nothing happens until the test pumps the ctx
+ * (peer_pump: evr_ctx_process, which polls the CQ in POLL mode and takes
+ * the scripted rdma_cm events).
+ *
+ * The conn's callbacks are recorded in the peer: how many times each
+ * fired, with which status, in which state the conn was, and a copy of
+ * every message received.
+ */
+#ifndef EVR_PEER_H
+#define EVR_PEER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "evrdma-int.h"
+#include "mock_cm.h"
+#include "mock_verbs.h"
+
+#define PEER_MAX_MSGS 64
+#define PEER_MAX_OPS  64
+
+struct peer;
+typedef void (*peer_recv_hook)(struct peer *p, const void *data, size_t len);
+
+/* A frame our side sent, or another WR it posted. */
+struct peer_frame {
+	struct mock_wr wr;     /* as logged (wr.data: the bytes sent) */
+	bool parsed;	       /* a SEND that evr__msg_parse accepted */
+	struct evr__parsed msg; /* its header and body */
+};
+
+struct peer {
+	evr_ctx *ctx;
+	evr_conn *conn; /* NULL once it is freed */
+	struct rdma_cm_id *id;
+	struct ibv_qp *qp;
+	/* the peer's handshake: our credits, and its limits */
+	uint16_t depth;
+	uint32_t max_eager;
+	uint64_t max_msg;
+	int keepalive_ms; /* evr_conn_opts.keepalive_ms of our conn */
+	/* progress through the WR logs (indexes of mock_wrs) */
+	unsigned seen;	    /* send log: frames read by peer_next */
+	unsigned done;	    /* send log: WRs completed */
+	unsigned recv_next; /* receive log: next receive to fill */
+	/* callbacks */
+	unsigned connects, closes, drains;
+	int connect_status, close_status;
+	enum evr__conn_state connect_state, close_state;
+	unsigned ops_at_close; /* op callbacks fired before on_close */
+	struct {
+		uint8_t *data;
+		size_t len;
+	} msgs[PEER_MAX_MSGS];
+	unsigned nmsgs;
+	unsigned imms;
+	uint32_t imm;
+	peer_recv_hook on_recv; /* called from on_recv after the copy */
+	/* evr_op_cb of ops submitted with peer_op_arg: index -> count, status */
+	unsigned op_calls[PEER_MAX_OPS];
+	int op_status[PEER_MAX_OPS];
+	unsigned nop_calls;
+	unsigned op_order[PEER_MAX_OPS * 2];
+	struct peer_opref {
+		struct peer *p;
+		unsigned i;
+	} refs[PEER_MAX_OPS];
+};
+
+/* ctx options the tests start from: device mock0, POLL mode, no
+ * keepalive, every send signaled, 8 receives, 1 KiB eager. */
+void peer_ctx_opts(struct evr_ctx_opts *o);
+/* A ctx on the mocks (NULL opts: peer_ctx_opts). */
+evr_ctx *peer_ctx_new(const struct evr_ctx_opts *o);
+/* Destroy the ctx, then free the mocks' leftovers. */
+void peer_ctx_free(evr_ctx *ctx);
+/* Run the ctx until it settles. */
+void peer_pump(evr_ctx *ctx);
+
+/* A peer with the default handshake (8 receives, 1 KiB eager, 1 MiB
+ * messages) and its conn options (callbacks recorded in p). */
+void peer_init(struct peer *p, evr_ctx *ctx);
+void peer_conn_opts(struct peer *p, struct evr_conn_opts *o);
+void peer_fini(struct peer *p);
+/* The handshake the peer sends, encoded (kind: EVR_HS_REQ or _REP). */
+size_t peer_hs(const struct peer *p, uint8_t kind, uint8_t *buf);
+/* An established conn: ours connects (connect) or accepts (accept). */
+void peer_connect(struct peer *p);
+void peer_accept(struct peer *p);
+
+/* The next WR our side posted on this conn's QP since the last call;
+ * false if none. */
+bool peer_next(struct peer *p, struct peer_frame *f);
+/* Frames posted and not yet read. */
+unsigned peer_unread(const struct peer *p);
+/* Complete every send WR of ours posted so far, successfully; our RDMA
+ * READs, WRITEs and atomics are carried out on the test's memory at
+ * wr.raddr. */
+void peer_ack(struct peer *p);
+/* Complete every WR of ours still posted (sends and receives) as flushed. */
+void peer_flush(struct peer *p);
+/* Complete our oldest unfinished send WR with status (the rest stays). */
+void peer_fail_send(struct peer *p, enum ibv_wc_status status);
+
+/* The peer sends: bytes into our next posted receive (asserts one is
+ * there), as a completion with byte_len len. */
+void peer_raw(struct peer *p, const void *bytes, size_t len);
+/* A frame: header (type, credits, len = blen) and body. */
+void peer_frame(struct peer *p, uint8_t type, uint16_t credits,
+		const void *body, uint32_t blen);
+void peer_eager(struct peer *p, const void *data, size_t len,
+		uint16_t credits);
+void peer_credit(struct peer *p, uint16_t credits);
+void peer_bye(struct peer *p, uint16_t credits);
+void peer_rndv_req(struct peer *p, const void *addr, uint64_t len,
+		   uint32_t rkey, uint32_t id, uint16_t credits);
+void peer_fin(struct peer *p, uint32_t id, int32_t status, uint16_t credits);
+void peer_write_imm(struct peer *p, uint32_t imm);
+/* Receives of ours posted and not yet filled. */
+unsigned peer_recvs_posted(const struct peer *p);
+
+/* The arg for an evr_op_cb that records op i in p (peer_op_cb). */
+void *peer_op_arg(struct peer *p, unsigned i);
+void peer_op_cb(evr_conn *c, int status, void *arg);
+
+#endif

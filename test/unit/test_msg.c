@@ -1,0 +1,794 @@
+/*
+ * The message layer (lib/msg.c) and the conn's flush (lib/conn.c) on an
+ * established connection, against the peer fixture: what goes on the wire
+ * is decoded from the WRs our side posted, what the peer sends arrives as
+ * receive completions.
+ *
+ * Cases: eager bytes and piggybacked credits; the sender stops when only
+ * the reserve is left and resumes on a credit update; an explicit credit
+ * update once a quarter of the receive queue is owed, not before;
+ * rendezvous send (REQ with the buffer's address, length and key; the
+ * callback only after both the REQ's completion and the FIN); rendezvous
+ * receive (RDMA READs of the advertised buffer in port-sized chunks, FIN,
+ * the bytes delivered); an eager message behind a rendezvous waits for it;
+ * a held message keeps its receive buffer until released, and outlives
+ * its conn; write with immediate data; vectored sends, eager and
+ * rendezvous (gathered into a copy); rendezvous at the end of a conn; a
+ * failed receive post.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "peer.h"
+
+struct fix {
+	evr_ctx *ctx;
+	struct peer p;
+};
+
+static int setup_opts(void **state, const struct evr_ctx_opts *o)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	mock_reset();
+	mock_cm_reset();
+	f->ctx = peer_ctx_new(o);
+	peer_init(&f->p, f->ctx);
+	peer_connect(&f->p);
+	*state = f;
+	return 0;
+}
+
+static int setup(void **state)
+{
+	return setup_opts(state, NULL);
+}
+
+/* The port carries at most 64 KiB in one RDMA READ. */
+static int setup_small_port(void **state)
+{
+	mock_cm_reset();
+	mock_cm.port_max_msg_sz = 64 << 10;
+	{
+		struct fix *f = calloc(1, sizeof(*f));
+
+		assert_non_null(f);
+		mock_reset();
+		f->ctx = peer_ctx_new(NULL);
+		peer_init(&f->p, f->ctx);
+		peer_connect(&f->p);
+		*state = f;
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fix *f = *state;
+
+	peer_ctx_free(f->ctx);
+	peer_fini(&f->p);
+	free(f);
+	return 0;
+}
+
+/* The next frame our side sent; it must be a well-formed message. */
+static void next_msg(struct peer *p, struct peer_frame *fr)
+{
+	assert_true(peer_next(p, fr));
+	assert_int_equal(fr->wr.opcode, IBV_WR_SEND);
+	assert_true(fr->parsed);
+}
+
+static unsigned send_credits(evr_conn *c)
+{
+	struct evr_conn_info info;
+
+	assert_int_equal(evr_conn_info(c, &info), 0);
+	return info.send_credits;
+}
+
+/* An eager message goes out as one SEND: header and bytes; its callback
+ * fires once, with 0, when the SEND completes (not before). */
+static void test_eager_send(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	const char msg[] = "hello, peer";
+
+	assert_int_equal(evr_send(p->conn, msg, sizeof(msg), peer_op_cb,
+				  peer_op_arg(p, 0)),
+			 0);
+	assert_int_equal(peer_unread(p), 0); /* never inside the call */
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_EAGER);
+	assert_int_equal(fr.msg.hdr.len, sizeof(msg));
+	assert_memory_equal(fr.msg.payload, msg, sizeof(msg));
+	assert_int_equal(fr.msg.hdr.credits, 0); /* nothing owed yet */
+	assert_false(peer_next(p, &fr));
+	assert_int_equal(p->op_calls[0], 0);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], 0);
+}
+
+/* The peer posts 8 receives and keeps 2 for control messages: 6 data
+ * messages go, the rest wait; a credit update lets exactly as many more go
+ * as it returns; every callback fires once, in order. */
+static void test_credit_stop_and_resume(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	char buf[10][8];
+	unsigned i, n = 0;
+
+	for (i = 0; i < 10; i++) {
+		memset(buf[i], 'a' + (int)i, sizeof(buf[i]));
+		assert_int_equal(evr_send(p->conn, buf[i], sizeof(buf[i]),
+					  peer_op_cb, peer_op_arg(p, i)),
+				 0);
+	}
+	peer_pump(f->ctx);
+	while (peer_next(p, &fr)) {
+		assert_true(fr.parsed);
+		assert_int_equal(fr.msg.hdr.type, EVR_T_EAGER);
+		assert_memory_equal(fr.msg.payload, buf[n], 8);
+		n++;
+	}
+	assert_int_equal(n, 6);
+	assert_int_equal(send_credits(p->conn), 2);
+	/* completions are not credits: still stopped */
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_false(peer_next(p, &fr));
+	assert_int_equal(p->nop_calls, 6);
+
+	peer_credit(p, 3);
+	peer_pump(f->ctx);
+	for (i = 0; i < 3; i++) {
+		next_msg(p, &fr);
+		assert_int_equal(fr.msg.hdr.type, EVR_T_EAGER);
+		assert_memory_equal(fr.msg.payload, buf[6 + i], 8);
+	}
+	assert_false(peer_next(p, &fr));
+	/* credits on an eager message count as well */
+	peer_eager(p, "x", 1, 1);
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_memory_equal(fr.msg.payload, buf[9], 8);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nop_calls, 10);
+	for (i = 0; i < 10; i++) {
+		assert_int_equal(p->op_calls[i], 1);
+		assert_int_equal(p->op_status[i], 0);
+		assert_int_equal(p->op_order[i], i);
+	}
+}
+
+/* Credits we owe ride on the next message; alone, they wait until a
+ * quarter of our 8 receives (2) is owed, then go in an update of their
+ * own. */
+static void test_credit_piggyback_and_update(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	struct evr_stats st;
+
+	peer_eager(p, "one", 3, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 1);
+	assert_false(peer_next(p, &fr)); /* 1 owed: below the threshold */
+
+	assert_int_equal(evr_send(p->conn, "ours", 4, NULL, NULL), 0);
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_EAGER);
+	assert_int_equal(fr.msg.hdr.credits, 1);
+
+	peer_eager(p, "two", 3, 0);
+	peer_pump(f->ctx);
+	assert_false(peer_next(p, &fr));
+	peer_eager(p, "three", 5, 0);
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_CREDIT);
+	assert_int_equal(fr.msg.hdr.credits, 2);
+	assert_int_equal(fr.msg.hdr.len, 0);
+	assert_false(peer_next(p, &fr));
+	evr_ctx_stats(f->ctx, &st);
+	assert_int_equal(st.credit_updates, 1);
+	assert_int_equal(p->nmsgs, 3);
+	assert_memory_equal(p->msgs[2].data, "three", 5);
+	/* the receive one update of the peer's takes never calls for an
+	 * update back: updates cannot echo */
+	peer_credit(p, 0);
+	peer_pump(f->ctx);
+	assert_false(peer_next(p, &fr));
+}
+
+/* A peer returning more credits than were used is broken: -EPROTO. */
+static void test_credit_overflow(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+
+	peer_credit(p, 1); /* nothing was sent */
+	peer_pump(f->ctx);
+	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->close_status, -EPROTO);
+}
+
+/* A message above the eager size goes by rendezvous: the REQ names our
+ * buffer, its length and the key of a registration covering it; the
+ * callback waits for both the REQ's completion and the FIN. */
+static void test_rndv_send(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	static uint8_t big[5000];
+	struct ibv_mr *mr;
+	uint32_t id;
+
+	memset(big, 0x5a, sizeof(big));
+	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
+				  peer_op_arg(p, 0)),
+			 0);
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_REQ);
+	assert_int_equal(fr.msg.rndv.addr, (uintptr_t)big);
+	assert_int_equal(fr.msg.rndv.len, sizeof(big));
+	mr = mock_mr_find(big, sizeof(big));
+	assert_non_null(mr);
+	assert_int_equal(fr.msg.rndv.rkey, mr->rkey);
+	id = fr.msg.rndv.id;
+
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 0); /* the FIN is still to come */
+	peer_fin(p, id, 0, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], 0);
+
+	/* FIN first, then the completion: the same, once */
+	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
+				  peer_op_arg(p, 1)),
+			 0);
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_REQ);
+	assert_int_not_equal(fr.msg.rndv.id, id);
+	peer_fin(p, fr.msg.rndv.id, 0, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[1], 0);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[1], 1);
+	assert_int_equal(p->op_status[1], 0);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+}
+
+/* The peer's FIN may report that its read failed: the send fails with
+ * that status, the conn stays up. */
+static void test_rndv_send_fin_error(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	static uint8_t big[3000];
+
+	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
+				  peer_op_arg(p, 0)),
+			 0);
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	peer_ack(p);
+	peer_fin(p, fr.msg.rndv.id, -ENOMEM, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], -ENOMEM);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+}
+
+/* The peer's rendezvous: our side reads its buffer in chunks of the
+ * port's largest message, at the advertised address and key, then sends
+ * the FIN and delivers the bytes; an eager message that came behind the
+ * REQ is delivered after it. */
+static void test_rndv_recv_chunks_and_order(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	const size_t len = 200000, chunk = 64 << 10;
+	uint8_t *src = malloc(len);
+	size_t off = 0, i;
+	unsigned reads = 0;
+
+	assert_non_null(src);
+	for (i = 0; i < len; i++)
+		src[i] = (uint8_t)(i * 7 + 3);
+	peer_rndv_req(p, src, len, 0xbeef, 41, 0);
+	peer_eager(p, "after", 5, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 0); /* the eager one waits */
+
+	while (peer_next(p, &fr)) {
+		assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_READ);
+		assert_int_equal(fr.wr.raddr, (uintptr_t)src + off);
+		assert_int_equal(fr.wr.rkey, 0xbeef);
+		assert_int_equal(fr.wr.len, EVR__MIN(chunk, len - off));
+		off += fr.wr.len;
+		reads++;
+	}
+	assert_int_equal(reads, 4);
+	assert_int_equal(off, len);
+
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 2);
+	assert_int_equal(p->msgs[0].len, len);
+	assert_memory_equal(p->msgs[0].data, src, len);
+	assert_int_equal(p->msgs[1].len, 5);
+	assert_memory_equal(p->msgs[1].data, "after", 5);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_FIN);
+	assert_int_equal(fr.msg.fin_id, 41);
+	assert_int_equal(fr.msg.fin_status, 0);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+	free(src);
+}
+
+/* Two messages in flight each way keep their order too: eager, rndv,
+ * eager arrive as sent. */
+static void test_rndv_recv_between_eager(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	static uint8_t src[4096];
+
+	memset(src, 0xc3, sizeof(src));
+	peer_eager(p, "first", 5, 0);
+	peer_rndv_req(p, src, sizeof(src), 7, 1, 0);
+	peer_eager(p, "third", 5, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 1);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 3);
+	assert_memory_equal(p->msgs[0].data, "first", 5);
+	assert_int_equal(p->msgs[1].len, sizeof(src));
+	assert_memory_equal(p->msgs[1].data, src, sizeof(src));
+	assert_memory_equal(p->msgs[2].data, "third", 5);
+}
+
+/* A rendezvous read the peer's device refuses (bad key) is the peer's
+ * fault: -EPROTO. */
+static void test_rndv_recv_bad_key(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	static uint8_t src[2048];
+
+	peer_rndv_req(p, src, sizeof(src), 1, 1, 0);
+	peer_pump(f->ctx);
+	peer_fail_send(p, IBV_WC_REM_ACCESS_ERR);
+	peer_pump(f->ctx);
+	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 0);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->close_status, -EPROTO);
+}
+
+/* A held message keeps its bytes and its receive buffer past on_recv; the
+ * buffer is posted again only on release. */
+static evr_msg *held;
+
+static void hold_it(struct peer *p, const void *data, size_t len)
+{
+	(void)data;
+	(void)len;
+	held = evr_conn_hold(p->conn);
+	assert_non_null(held);
+	assert_ptr_equal(evr_conn_hold(p->conn), held); /* same handle */
+}
+
+static void test_hold_release(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	unsigned posted;
+
+	assert_null(evr_conn_hold(p->conn)); /* not in on_recv */
+	p->on_recv = hold_it;
+	posted = peer_recvs_posted(p);
+	peer_eager(p, "keep me", 7, 0);
+	peer_pump(f->ctx);
+	p->on_recv = NULL;
+	assert_int_equal(p->nmsgs, 1);
+	assert_non_null(held);
+	assert_int_equal(evr_msg_len(held), 7);
+	assert_memory_equal(evr_msg_data(held), "keep me", 7);
+	assert_int_equal(peer_recvs_posted(p), posted - 1);
+
+	peer_eager(p, "not kept", 8, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(peer_recvs_posted(p), posted - 1); /* reposted */
+	assert_memory_equal(evr_msg_data(held), "keep me", 7);
+
+	evr_msg_release(held);
+	held = NULL;
+	peer_pump(f->ctx);
+	assert_int_equal(peer_recvs_posted(p), posted);
+}
+
+/* A held message outlives its conn. */
+static void test_hold_outlives_conn(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+
+	p->on_recv = hold_it;
+	peer_eager(p, "survivor", 8, 0);
+	peer_pump(f->ctx);
+	p->on_recv = NULL;
+	assert_non_null(held);
+	assert_int_equal(evr_conn_close(p->conn, EVR_CLOSE_ABORT), 0);
+	peer_pump(f->ctx);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->closes, 1);
+	assert_memory_equal(evr_msg_data(held), "survivor", 8);
+	evr_msg_release(held);
+	held = NULL;
+}
+
+/* Held messages hold credits back: with all but the reserve held, the
+ * credits owed go out at once however few, so the peer is never stuck. */
+static evr_msg *helds[8];
+static unsigned nheld;
+
+static void hold_all(struct peer *p, const void *data, size_t len)
+{
+	(void)data;
+	(void)len;
+	helds[nheld++] = evr_conn_hold(p->conn);
+}
+
+static void test_hold_starved_peer(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	unsigned i;
+
+	p->on_recv = hold_all;
+	for (i = 0; i < 6; i++)
+		peer_eager(p, "h", 1, 0);
+	peer_pump(f->ctx);
+	p->on_recv = NULL;
+	assert_int_equal(nheld, 6);
+	assert_false(peer_next(p, &fr)); /* nothing owed: all held */
+	evr_msg_release(helds[0]);
+	peer_pump(f->ctx);
+	/* one buffer back, and the peer holds only the reserve: tell it */
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_CREDIT);
+	assert_int_equal(fr.msg.hdr.credits, 1);
+	for (i = 1; i < 6; i++)
+		evr_msg_release(helds[i]);
+	nheld = 0;
+}
+
+/* A write with immediate data reaches on_imm with the value in host
+ * order, and its receive is posted again. */
+static void test_write_imm_recv(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	unsigned posted = peer_recvs_posted(p);
+
+	peer_write_imm(p, 0xdeadbeef);
+	peer_pump(f->ctx);
+	assert_int_equal(p->imms, 1);
+	assert_int_equal(p->imm, 0xdeadbeef);
+	assert_int_equal(peer_recvs_posted(p), posted);
+	assert_int_equal(p->nmsgs, 0);
+}
+
+/* evr_sendv gathers its iovecs into one eager message. */
+static void test_sendv(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	struct iovec iov[3] = {
+		{(void *)"abc", 3}, {(void *)"", 0}, {(void *)"defg", 4}};
+
+	assert_int_equal(evr_sendv(p->conn, iov, 3, peer_op_cb,
+				   peer_op_arg(p, 0)),
+			 0);
+	memset(iov, 0, sizeof(iov)); /* the array may be reused at once */
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.len, 7);
+	assert_memory_equal(fr.msg.payload, "abcdefg", 7);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+}
+
+/* A rendezvous send whose FIN never comes: the peer vanishes, the send
+ * ends once with -ECONNRESET, before on_close. */
+static void test_rndv_send_peer_gone(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	static uint8_t big[3000];
+
+	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
+				  peer_op_arg(p, 0)),
+			 0);
+	peer_pump(f->ctx);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	mock_cm_event(p->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
+	peer_pump(f->ctx);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], -ECONNRESET);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->ops_at_close, 1);
+}
+
+/* A graceful close waits for the FIN of a rendezvous send. */
+static void test_rndv_send_close_waits_for_fin(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	static uint8_t big[3000];
+
+	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
+				  peer_op_arg(p, 0)),
+			 0);
+	assert_int_equal(evr_conn_close(p->conn, 0), 0);
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_REQ);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->conn->state, EVR_CS_CLOSING);
+	assert_false(peer_next(p, &fr)); /* no BYE before the FIN */
+	peer_fin(p, fr.msg.rndv.id, 0, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], 0);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_BYE);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->close_status, 0);
+}
+
+/* The conn ends while our rendezvous reads are posted, an eager message
+ * waiting behind them: nothing is delivered, nothing leaks. */
+static void test_rndv_recv_aborted(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	static uint8_t src[200000];
+
+	peer_rndv_req(p, src, sizeof(src), 5, 1, 0);
+	peer_eager(p, "behind", 6, 0);
+	peer_pump(f->ctx);
+	assert_true(peer_unread(p) >= 1);
+	assert_int_equal(evr_conn_close(p->conn, EVR_CLOSE_ABORT), 0);
+	peer_pump(f->ctx);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 0);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->close_status, -ECANCELED);
+}
+
+/* A held rendezvous message keeps its bytes after release of the rest,
+ * and is freed with the ctx if never released. */
+static void test_hold_rndv(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	static uint8_t src[5000];
+
+	memset(src, 0x11, sizeof(src));
+	p->on_recv = hold_it;
+	peer_rndv_req(p, src, sizeof(src), 5, 1, 0);
+	peer_pump(f->ctx);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	p->on_recv = NULL;
+	assert_non_null(held);
+	assert_int_equal(evr_msg_len(held), sizeof(src));
+	assert_memory_equal(evr_msg_data(held), src, sizeof(src));
+	held = NULL; /* left to evr_ctx_destroy */
+}
+
+/* A vectored rendezvous is gathered into a buffer of its own: the REQ
+ * names that copy, which holds the iovecs' bytes in order. */
+static void test_sendv_rndv(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	static uint8_t a[2000], b[1500];
+	struct iovec iov[2] = {{a, sizeof(a)}, {b, sizeof(b)}};
+	const uint8_t *copy;
+
+	memset(a, 'a', sizeof(a));
+	memset(b, 'b', sizeof(b));
+	assert_int_equal(evr_sendv(p->conn, iov, 2, peer_op_cb,
+				   peer_op_arg(p, 0)),
+			 0);
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_REQ);
+	assert_int_equal(fr.msg.rndv.len, sizeof(a) + sizeof(b));
+	copy = (const uint8_t *)(uintptr_t)fr.msg.rndv.addr;
+	assert_true(copy != a && copy != b);
+	assert_non_null(mock_mr_find(copy, fr.msg.rndv.len));
+	assert_memory_equal(copy, a, sizeof(a));
+	assert_memory_equal(copy + sizeof(a), b, sizeof(b));
+	peer_ack(p);
+	peer_fin(p, fr.msg.rndv.id, 0, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], 0);
+}
+
+/* Posting a receive again fails: the conn ends with that error. */
+static void test_post_recv_fails(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+
+	mock.post_recv_rc = -ENOMEM;
+	peer_eager(p, "m", 1, 0);
+	peer_pump(f->ctx);
+	mock.post_recv_rc = 0;
+	assert_int_equal(p->nmsgs, 1);
+	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->close_status, -ENOMEM);
+}
+
+/* Destroying the ctx in the middle of everything: our reads posted, an
+ * eager message behind them, a rendezvous send waiting for its FIN, an
+ * eager send queued, a message held.  Each op once, on_close once, all
+ * -ECANCELED; nothing leaks, nothing is touched after it is freed. */
+static void test_ctx_destroy_busy(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	static uint8_t src[100000], big[4000];
+
+	p->on_recv = hold_it;
+	peer_eager(p, "held", 4, 0);
+	peer_pump(f->ctx);
+	p->on_recv = NULL;
+	assert_non_null(held);
+	peer_rndv_req(p, src, sizeof(src), 5, 1, 0);
+	peer_eager(p, "behind", 6, 0);
+	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
+				  peer_op_arg(p, 0)),
+			 0);
+	peer_pump(f->ctx);
+	peer_ack(p); /* the REQ's send completes; the reads too, unseen */
+	assert_int_equal(evr_send(p->conn, "q", 1, peer_op_cb,
+				  peer_op_arg(p, 1)),
+			 0);
+	evr_ctx_destroy(f->ctx);
+	f->ctx = NULL;
+	held = NULL; /* freed with the ctx */
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], -ECANCELED);
+	assert_int_equal(p->op_calls[1], 1);
+	assert_int_equal(p->op_status[1], -ECANCELED);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->close_status, -ECANCELED);
+	assert_int_equal(p->ops_at_close, 2);
+	assert_int_equal(p->nmsgs, 1);
+}
+
+/* Sizes: above the peer's largest message is refused at once. */
+static void test_send_too_large(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+
+	assert_int_equal(evr_send(p->conn, p, (1u << 20) + 1, peer_op_cb,
+				  peer_op_arg(p, 0)),
+			 -EMSGSIZE);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 0);
+	assert_int_equal(peer_unread(p), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_eager_send, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_credit_stop_and_resume,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_credit_piggyback_and_update, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_credit_overflow, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_rndv_send, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_rndv_send_fin_error,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(
+			test_rndv_recv_chunks_and_order, setup_small_port,
+			teardown),
+		cmocka_unit_test_setup_teardown(test_rndv_recv_between_eager,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rndv_recv_bad_key, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_hold_release, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_hold_outlives_conn,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hold_starved_peer, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_write_imm_recv, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_sendv, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_sendv_rndv, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_post_recv_fails, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_ctx_destroy_busy, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_rndv_send_peer_gone, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(
+			test_rndv_send_close_waits_for_fin, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rndv_recv_aborted, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_hold_rndv, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_send_too_large, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

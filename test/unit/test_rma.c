@@ -1,0 +1,278 @@
+/*
+ * One-sided operations (lib/rma.c) and registrations (lib/mr.c) on an
+ * established connection, against the peer fixture, whose "remote memory"
+ * is this program's: the fixture carries out our READs, WRITEs and
+ * atomics on it when it completes them.
+ *
+ * Cases: a write posts one RDMA WRITE at the local and remote offsets with
+ * both keys, takes no credit, and completes once; a read brings the
+ * peer's bytes; write with immediate data takes a credit and carries the
+ * value big endian; fetch-add and compare-swap (old value back, remote
+ * word changed) and their alignment rule; bounds of both regions; a
+ * registration in use cannot be deregistered; ops on a closing conn are
+ * refused and ops in flight when the peer vanishes end once with
+ * -ECONNRESET.
+ */
+#include "config.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "peer.h"
+
+struct fix {
+	evr_ctx *ctx;
+	struct peer p;
+	uint8_t local[256];
+	uint8_t remote[256]; /* the peer's region */
+	evr_mr *mr;
+	struct evr_rkey rk;
+};
+
+static int setup(void **state)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+	unsigned i;
+
+	assert_non_null(f);
+	mock_reset();
+	mock_cm_reset();
+	f->ctx = peer_ctx_new(NULL);
+	peer_init(&f->p, f->ctx);
+	peer_connect(&f->p);
+	assert_int_equal(evr_mr_reg(f->ctx, f->local, sizeof(f->local),
+				    EVR_ACCESS_REMOTE_READ, &f->mr),
+			 0);
+	for (i = 0; i < sizeof(f->remote); i++)
+		f->remote[i] = (uint8_t)(255 - i);
+	f->rk.addr = (uintptr_t)f->remote;
+	f->rk.len = sizeof(f->remote);
+	f->rk.rkey = 0x7777;
+	*state = f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fix *f = *state;
+
+	peer_ctx_free(f->ctx);
+	peer_fini(&f->p);
+	free(f);
+	return 0;
+}
+
+static unsigned credits(evr_conn *c)
+{
+	struct evr_conn_info info;
+
+	assert_int_equal(evr_conn_info(c, &info), 0);
+	return info.send_credits;
+}
+
+static void test_write(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	struct ibv_mr *mr = mock_mr_find(f->local, sizeof(f->local));
+	unsigned before = credits(p->conn);
+
+	memset(f->local, 0xab, sizeof(f->local));
+	assert_ptr_equal(evr_mr_addr(f->mr), f->local);
+	assert_int_equal(evr_mr_len(f->mr), sizeof(f->local));
+	assert_int_equal(evr_write(p->conn, f->mr, 16, &f->rk, 32, 100,
+				   peer_op_cb, peer_op_arg(p, 0)),
+			 0);
+	peer_pump(f->ctx);
+	assert_true(peer_next(p, &fr));
+	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_WRITE);
+	assert_int_equal(fr.wr.laddr, (uintptr_t)f->local + 16);
+	assert_int_equal(fr.wr.lkey, mr->lkey);
+	assert_int_equal(fr.wr.raddr, (uintptr_t)f->remote + 32);
+	assert_int_equal(fr.wr.rkey, 0x7777);
+	assert_int_equal(fr.wr.len, 100);
+	assert_false(peer_next(p, &fr));
+	assert_int_equal(credits(p->conn), before); /* no receive used */
+	assert_int_equal(evr_mr_dereg(f->mr), -EBUSY);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], 0);
+	assert_int_equal(f->remote[31], 255 - 31);
+	assert_int_equal(f->remote[32], 0xab);
+	assert_int_equal(f->remote[131], 0xab);
+	assert_int_equal(f->remote[132], (uint8_t)(255 - 132));
+	assert_int_equal(evr_mr_dereg(f->mr), 0);
+}
+
+static void test_read(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+
+	assert_int_equal(evr_read(p->conn, f->mr, 0, &f->rk, 200, 56,
+				  peer_op_cb, peer_op_arg(p, 0)),
+			 0);
+	peer_pump(f->ctx);
+	assert_true(peer_next(p, &fr));
+	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_READ);
+	assert_int_equal(fr.wr.raddr, (uintptr_t)f->remote + 200);
+	assert_int_equal(fr.wr.len, 56);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], 0);
+	assert_memory_equal(f->local, f->remote + 200, 56);
+}
+
+/* Write with immediate data uses one of the peer's receives: a credit. */
+static void test_write_imm(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	unsigned before = credits(p->conn);
+
+	assert_int_equal(evr_write_imm(p->conn, f->mr, 0, &f->rk, 0, 8,
+				       0x01020304, peer_op_cb,
+				       peer_op_arg(p, 0)),
+			 0);
+	peer_pump(f->ctx);
+	assert_true(peer_next(p, &fr));
+	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+	assert_int_equal(fr.wr.imm, htobe32(0x01020304));
+	assert_int_equal(credits(p->conn), before - 1);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], 0);
+}
+
+static void test_atomics(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	uint64_t v = 40, got;
+
+	memcpy(f->remote + 8, &v, 8);
+	assert_int_equal(evr_fetch_add(p->conn, f->mr, 0, &f->rk, 4, 2,
+				       peer_op_cb, peer_op_arg(p, 9)),
+			 -EINVAL);
+	assert_int_equal(evr_fetch_add(p->conn, f->mr, 3, &f->rk, 8, 2,
+				       peer_op_cb, peer_op_arg(p, 9)),
+			 -EINVAL);
+	assert_int_equal(evr_fetch_add(p->conn, f->mr, 0, &f->rk, 8, 2,
+				       peer_op_cb, peer_op_arg(p, 0)),
+			 0);
+	assert_int_equal(evr_cmp_swap(p->conn, f->mr, 8, &f->rk, 8, 42, 7,
+				      peer_op_cb, peer_op_arg(p, 1)),
+			 0);
+	peer_pump(f->ctx);
+	assert_true(peer_next(p, &fr));
+	assert_int_equal(fr.wr.opcode, IBV_WR_ATOMIC_FETCH_AND_ADD);
+	assert_int_equal(fr.wr.raddr, (uintptr_t)f->remote + 8);
+	assert_int_equal(fr.wr.rkey, 0x7777);
+	assert_int_equal(fr.wr.compare_add, 2);
+	assert_true(peer_next(p, &fr));
+	assert_int_equal(fr.wr.opcode, IBV_WR_ATOMIC_CMP_AND_SWP);
+	assert_int_equal(fr.wr.compare_add, 42);
+	assert_int_equal(fr.wr.swap, 7);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_calls[1], 1);
+	assert_int_equal(p->op_calls[9], 0);
+	memcpy(&got, f->local, 8);
+	assert_int_equal(got, 40);
+	memcpy(&got, f->local + 8, 8);
+	assert_int_equal(got, 42);
+	memcpy(&got, f->remote + 8, 8);
+	assert_int_equal(got, 7);
+}
+
+static void test_bounds(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct evr_rkey rk;
+
+	assert_int_equal(evr_write(p->conn, f->mr, 200, &f->rk, 0, 57, NULL,
+				   NULL),
+			 -ERANGE);
+	assert_int_equal(evr_write(p->conn, f->mr, 257, &f->rk, 0, 0, NULL,
+				   NULL),
+			 -ERANGE);
+	assert_int_equal(evr_read(p->conn, f->mr, 0, &f->rk, 250, 7, NULL,
+				  NULL),
+			 -ERANGE);
+	assert_int_equal(evr_read(p->conn, f->mr, 0, &f->rk, ~0ull, 1, NULL,
+				  NULL),
+			 -ERANGE);
+	assert_int_equal(evr_write(p->conn, NULL, 0, &f->rk, 0, 1, NULL,
+				   NULL),
+			 -EINVAL);
+	evr_mr_rkey(f->mr, &rk);
+	assert_int_equal(rk.addr, (uintptr_t)f->local);
+	assert_int_equal(rk.len, sizeof(f->local));
+	assert_int_equal(rk.rkey, mock_mr_find(f->local, 1)->rkey);
+	peer_pump(f->ctx);
+	assert_int_equal(peer_unread(p), 0);
+}
+
+/* Refused once closing; in flight when the peer vanishes: -ECONNRESET,
+ * once, before on_close. */
+static void test_ops_and_the_end(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+
+	assert_int_equal(evr_write(p->conn, f->mr, 0, &f->rk, 0, 8,
+				   peer_op_cb, peer_op_arg(p, 0)),
+			 0);
+	assert_int_equal(evr_read(p->conn, f->mr, 0, &f->rk, 0, 8, peer_op_cb,
+				  peer_op_arg(p, 1)),
+			 0);
+	peer_pump(f->ctx);
+	mock_cm_event(p->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(evr_write(p->conn, f->mr, 0, &f->rk, 0, 8,
+				   peer_op_cb, peer_op_arg(p, 2)),
+			 -EPIPE);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], -ECONNRESET);
+	assert_int_equal(p->op_calls[1], 1);
+	assert_int_equal(p->op_status[1], -ECONNRESET);
+	assert_int_equal(p->op_calls[2], 0);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->ops_at_close, 2);
+	assert_int_equal(evr_mr_dereg(f->mr), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_write, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_read, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_write_imm, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_atomics, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bounds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ops_and_the_end, setup,
+						teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
