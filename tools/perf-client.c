@@ -40,6 +40,34 @@ void client_fail(struct perf *p, const char *fmt, ...)
 	ev_break(p->loop, EVBREAK_ALL);
 }
 
+/* Start connecting pc to the server; the connect user bytes ask it for a
+ * test of this kind, in the options' completion mode. */
+int client_connect(struct pconn *pc, enum kind kind,
+		   evr_connect_cb on_connect, evr_close_cb on_close)
+{
+	struct perf *p = pc->p;
+	struct evr_conn_opts co;
+	uint8_t desc[DESC_LEN];
+	int rc;
+
+	memcpy(desc, desc_magic, 4);
+	desc[4] = (uint8_t)kind;
+	desc[5] = (uint8_t)p->o.mode;
+	evr_conn_opts_init(&co);
+	co.on_connect = on_connect;
+	co.on_recv = on_recv;
+	co.on_close = on_close;
+	co.arg = pc;
+	co.user_data = desc;
+	co.user_len = sizeof(desc);
+	rc = evr_connect(p->ctx, p->o.addr, (uint16_t)p->o.port, &co,
+			 &pc->conn);
+	if (rc < 0)
+		client_fail(p, "evr_connect %s:%d: %s", p->o.addr, p->o.port,
+			    evr_strerror(rc));
+	return rc;
+}
+
 /* The end of the measured interval. */
 void take_end(struct perf *p)
 {

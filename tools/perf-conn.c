@@ -9,8 +9,6 @@
  * the clock starts when it has closed.  The test request in the connect
  * user bytes asks the server for no traffic (K_CONN).
  */
-#include <string.h>
-
 #include "perf.h"
 
 static void cc_start(struct pconn *pc);
@@ -78,31 +76,11 @@ static void cc_on_close(evr_conn *conn, int status, void *arg)
 
 static void cc_start(struct pconn *pc)
 {
-	struct perf *p = pc->p;
-	struct evr_conn_opts co;
-	uint8_t desc[DESC_LEN];
-	int rc;
-
-	memcpy(desc, desc_magic, 4);
-	desc[4] = K_CONN;
-	desc[5] = (uint8_t)p->o.mode;
-	evr_conn_opts_init(&co);
-	co.on_connect = cc_on_connect;
-	co.on_recv = on_recv;
-	co.on_close = cc_on_close;
-	co.arg = pc;
-	co.user_data = desc;
-	co.user_len = sizeof(desc);
 	pc->ph = PH_CONNECTING;
 	pc->t_conn = now_ns();
-	p->started++;
-	rc = evr_connect(p->ctx, p->o.addr, (uint16_t)p->o.port, &co,
-			 &pc->conn);
-	if (rc < 0) {
+	pc->p->started++;
+	if (client_connect(pc, K_CONN, cc_on_connect, cc_on_close) < 0)
 		pc->ph = PH_CLOSED;
-		client_fail(p, "evr_connect %s:%d: %s", p->o.addr, p->o.port,
-			    evr_strerror(rc));
-	}
 }
 
 /* Start the timed connections, CONNS at a time. */

@@ -250,20 +250,13 @@ static void on_close(evr_conn *conn, int status, void *arg)
 		ev_break(p->loop, EVBREAK_ALL);
 }
 
-/* Connect every connection of a message test; the test request goes in
- * the connect user bytes. */
+/* Connect every connection of a message test. */
 void msg_begin(struct perf *p)
 {
-	uint8_t desc[DESC_LEN];
 	unsigned i;
 
-	memcpy(desc, desc_magic, 4);
-	desc[4] = (uint8_t)p->kind;
-	desc[5] = (uint8_t)p->o.mode;
 	for (i = 0; i < p->o.conns && !p->failed; i++) {
 		struct pconn *pc = &p->pc[i];
-		struct evr_conn_opts co;
-		int rc;
 
 		memset(&pc->base, 0, sizeof(pc->base));
 		memset(&pc->final, 0, sizeof(pc->final));
@@ -271,20 +264,9 @@ void msg_begin(struct perf *p)
 		pc->idx = i;
 		pc->sent = pc->echoed = pc->acked = 0;
 		pc->ph = PH_CONNECTING;
-		evr_conn_opts_init(&co);
-		co.on_connect = on_connect;
-		co.on_recv = on_recv;
-		co.on_close = on_close;
-		co.arg = pc;
-		co.user_data = desc;
-		co.user_len = sizeof(desc);
-		rc = evr_connect(p->ctx, p->o.addr, (uint16_t)p->o.port, &co,
-				 &pc->conn);
-		if (rc < 0) {
+		if (client_connect(pc, p->kind, on_connect, on_close) < 0) {
 			pc->ph = PH_CLOSED;
 			p->nclosed++;
-			client_fail(p, "evr_connect %s:%d: %s", p->o.addr,
-				    p->o.port, evr_strerror(rc));
 		}
 	}
 }

@@ -175,6 +175,8 @@ int run_server(const char *addr, int port, int verbose);
 int run_client(struct opts *o);
 void client_fail(struct perf *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+int client_connect(struct pconn *pc, enum kind kind,
+		   evr_connect_cb on_connect, evr_close_cb on_close);
 void run_start(struct perf *p);
 void take_end(struct perf *p);
 void data_done(struct pconn *pc);
