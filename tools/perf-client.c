@@ -1,0 +1,328 @@
+/*
+ * perf-client.c: the client role of evrdma-perf (-c ADDR) -- its setup,
+ * one measurement per message size from the first connect to the last
+ * close, and the progress timer every test shares.
+ *
+ * One evr_ctx, one libev loop, CONNS connections per measurement.  The
+ * tests themselves are in perf-msg.c (lat, bw, rate) and perf-conn.c
+ * (conn); this file starts them, starts the clock when every connection
+ * is ready (run_start) and stops it when the last one has finished its
+ * data (take_end): the last echo, the final report of a one-way test, or
+ * the last connection of the conn test.  A progress timer prints how far
+ * a long run has come and gives up when nothing has happened for STALL_S
+ * seconds.  The send buffer, as large as the largest message size, is
+ * allocated here once for all sizes.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "perf.h"
+
+static uint64_t clamp_u64(uint64_t v, uint64_t lo, uint64_t hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
+void client_fail(struct perf *p, const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "evrdma-perf: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	p->failed = 1;
+	ev_break(p->loop, EVBREAK_ALL);
+}
+
+/* Start connecting pc to the server; the connect user bytes ask it for a
+ * test of this kind, in the options' completion mode. */
+int client_connect(struct pconn *pc, enum kind kind,
+		   evr_connect_cb on_connect, evr_close_cb on_close)
+{
+	struct perf *p = pc->p;
+	struct evr_conn_opts co;
+	uint8_t desc[DESC_LEN];
+	int rc;
+
+	memcpy(desc, desc_magic, 4);
+	desc[4] = (uint8_t)kind;
+	desc[5] = (uint8_t)p->o.mode;
+	evr_conn_opts_init(&co);
+	co.on_connect = on_connect;
+	co.on_recv = on_recv;
+	co.on_close = on_close;
+	co.arg = pc;
+	co.user_data = desc;
+	co.user_len = sizeof(desc);
+	rc = evr_connect(p->ctx, p->o.addr, (uint16_t)p->o.port, &co,
+			 &pc->conn);
+	if (rc < 0)
+		client_fail(p, "evr_connect %s:%d: %s", p->o.addr, p->o.port,
+			    evr_strerror(rc));
+	return rc;
+}
+
+/* The end of the measured interval. */
+void take_end(struct perf *p)
+{
+	int rc;
+
+	p->t1 = now_ns();
+	rc = cpu_us(&p->cpu1);
+	if (rc < 0)
+		client_fail(p, "getrusage: %s", evr_strerror(rc));
+	evr_ctx_stats(p->ctx, &p->st1);
+	ev_timer_stop(p->loop, &p->stop_w);
+	ev_timer_stop(p->loop, &p->tick_w);
+}
+
+/* A connection has finished its data; the last one stops the clock. */
+void data_done(struct pconn *pc)
+{
+	struct perf *p = pc->p;
+
+	if (++p->ndata == p->o.conns)
+		take_end(p);
+}
+
+void close_all(struct perf *p)
+{
+	unsigned i;
+
+	for (i = 0; i < p->o.conns; i++) {
+		struct pconn *pc = &p->pc[i];
+		int rc;
+
+		if (pc->ph == PH_CLOSED || pc->ph == PH_CLOSING || !pc->conn)
+			continue;
+		pc->ph = PH_CLOSING;
+		rc = evr_conn_close(pc->conn, 0);
+		if (rc < 0 && rc != -EALREADY)
+			client_fail(p, "conn %u: evr_conn_close: %s", i,
+				    evr_strerror(rc));
+	}
+}
+
+/* Echo tests: keep the window full. */
+static void on_progress(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct perf *p = w->data;
+	double el = (double)(now_ns() - p->t_begin) / 1e9;
+	uint64_t done = 0;
+	unsigned i;
+
+	(void)loop;
+	(void)revents;
+	if (p->events != p->events_seen) {
+		p->events_seen = p->events;
+		p->stall_s = 0;
+	} else if (!(p->o.load == L_IDLE && p->t0 && !p->stop) &&
+		   (p->stall_s += w->repeat) >= STALL_S) {
+		client_fail(p, "no progress for %.0f s (%u of %u connections "
+			       "ready, %u done)",
+			    p->stall_s, p->nready, p->o.conns, p->ndone);
+		return;
+	}
+	if (el < PROGRESS_AFTER_S)
+		return;
+	if (p->o.test == T_CONN)
+		done = p->finished;
+	else
+		for (i = 0; i < p->o.conns; i++)
+			done += p->kind == K_ECHO ? p->pc[i].echoed
+						  : p->pc[i].acked;
+	fprintf(stderr, "%sevrdma-perf: %s%s%s %zu B: %llu done, %.0f s",
+		isatty(2) ? "\r" : "", test_str[p->o.test],
+		p->o.load ? "/" : "", p->o.load ? load_str[p->o.load] : "",
+		p->size, (unsigned long long)done, el);
+	fputs(isatty(2) ? "   " : "\n", stderr);
+	p->progress_shown = true;
+}
+
+/* Every connection is ready: start the clock and the traffic. */
+void run_start(struct perf *p)
+{
+	unsigned i;
+	int rc;
+
+	rc = cpu_us(&p->cpu0);
+	if (rc < 0) {
+		client_fail(p, "getrusage: %s", evr_strerror(rc));
+		return;
+	}
+	evr_ctx_stats(p->ctx, &p->st0);
+	p->t0 = now_ns();
+	if (p->o.test == T_CONN)
+		return;
+	if (p->o.secs > 0) {
+		ev_timer_set(&p->stop_w, p->o.secs, 0.);
+		ev_timer_start(p->loop, &p->stop_w);
+	}
+	if (p->o.load == L_LIGHT) {
+		ev_timer_set(&p->tick_w, 0., 1. / LIGHT_RATE);
+		ev_timer_start(p->loop, &p->tick_w);
+	}
+	for (i = 0; i < p->o.conns; i++) {
+		struct pconn *pc = &p->pc[i];
+
+		pc->ph = PH_RUN;
+		pc->sent = pc->echoed = pc->acked = 0;
+	}
+	if (p->o.load == L_IDLE || p->o.load == L_LIGHT)
+		return;
+	for (i = 0; i < p->o.conns && !p->failed; i++) {
+		if (p->kind == K_ECHO)
+			pump_echo(&p->pc[i]);
+		else
+			pump_sink(&p->pc[i]);
+	}
+}
+
+/* Run one measurement at one size; append its result. */
+static int run_one(struct perf *p, size_t size)
+{
+	struct result *res;
+
+	p->size = size;
+	p->stop = false;
+	p->nready = p->ndata = p->ndone = p->nclosed = 0;
+	p->started = p->finished = 0;
+	p->t0 = p->t1 = 0;
+	p->nlat = 0;
+	p->events = p->events_seen = 0;
+	p->stall_s = 0;
+	p->progress_shown = false;
+	p->t_begin = now_ns();
+	ev_timer_init(&p->stop_w, p->o.load == L_IDLE ? on_idle_end : on_stop,
+		      1., 0.);
+	ev_timer_init(&p->tick_w, on_tick, 0., 1.);
+	ev_timer_init(&p->prog_w, on_progress, 1., 1.);
+	p->stop_w.data = p->tick_w.data = p->prog_w.data = p;
+	ev_timer_start(p->loop, &p->prog_w);
+
+	if (p->o.test == T_CONN)
+		cc_begin(p);
+	else
+		msg_begin(p);
+	if (!p->failed)
+		ev_run(p->loop, 0);
+	ev_timer_stop(p->loop, &p->prog_w);
+	ev_timer_stop(p->loop, &p->stop_w);
+	ev_timer_stop(p->loop, &p->tick_w);
+	if (p->progress_shown && isatty(2))
+		fputc('\n', stderr);
+	if (p->failed)
+		return -1;
+	res = realloc(p->res, (p->nres + 1) * sizeof(*res));
+	if (!res) {
+		fprintf(stderr, "evrdma-perf: out of memory\n");
+		return -1;
+	}
+	p->res = res;
+	result_fill(p, &p->res[p->nres++]);
+	return 0;
+}
+
+int run_client(struct opts *o)
+{
+	struct perf p = {0};
+	struct evr_ctx_opts co;
+	size_t max = 1;
+	int i, rc, ret = 1;
+	unsigned j;
+
+	p.o = *o;
+	p.loop = EV_DEFAULT;
+	switch (o->test) {
+	case T_LAT:
+		p.kind = K_ECHO;
+		p.window = o->load == L_SAT ? o->window : 1;
+		break;
+	case T_BW:
+	case T_RATE:
+		p.kind = K_SINK;
+		p.window = o->window;
+		break;
+	case T_CONN:
+		p.kind = K_CONN;
+		p.window = 1;
+		break;
+	}
+	for (i = 0; i < o->nsizes; i++)
+		if (o->sizes[i] > max)
+			max = o->sizes[i];
+	p.buf_len = max;
+	p.buf = malloc(max);
+	p.pc = calloc(o->conns, sizeof(*p.pc));
+	if (!p.buf || !p.pc) {
+		fprintf(stderr, "evrdma-perf: out of memory\n");
+		goto out_free;
+	}
+	memset(p.buf, 0xa5, max);
+	for (j = 0; j < o->conns; j++) {
+		p.pc[j].t_sent = calloc(p.window, sizeof(ev_tstamp));
+		if (!p.pc[j].t_sent) {
+			fprintf(stderr, "evrdma-perf: out of memory\n");
+			goto out_free;
+		}
+	}
+	evr_ctx_opts_init(&co);
+	co.mode = (enum evr_mode)o->mode;
+	rc = evr_ctx_create(&p.ctx, p.loop, &co);
+	if (rc < 0) {
+		fprintf(stderr, "evrdma-perf: evr_ctx_create: %s\n",
+			evr_strerror(rc));
+		goto out_free;
+	}
+	for (i = 0; i < o->nsizes; i++) {
+		size_t s = o->sizes[i];
+
+		/* iterations: the user's, or enough for a steady figure */
+		if (o->secs > 0)
+			p.n = 0;
+		else if (o->iters)
+			p.n = o->iters;
+		else if (o->test == T_LAT)
+			p.n = 10000;
+		else if (o->test == T_RATE)
+			p.n = 50000;
+		else /* bw: 256 MiB worth */
+			p.n = clamp_u64((256u << 20) / s, 100, 50000);
+		/* echo tests warm up with a tenth of the run, or 100 */
+		p.warm = 0;
+		if (o->test == T_LAT && o->load != L_IDLE)
+			p.warm = p.n ? clamp_u64(p.n / 10, 10, 1000) : 100;
+		if (run_one(&p, s) < 0)
+			goto out_destroy;
+		emit_row(&p, p.nres - 1);
+	}
+	if (o->fmt == F_JSON)
+		emit_json(&p);
+	ret = 0;
+out_destroy:
+	if (p.mr) {
+		rc = evr_mr_dereg(p.mr);
+		if (rc < 0 && !p.failed) {
+			fprintf(stderr, "evrdma-perf: evr_mr_dereg: %s\n",
+				evr_strerror(rc));
+			ret = 1;
+		}
+	}
+	p.failed = 1; /* the aborts of evr_ctx_destroy are expected */
+	evr_ctx_destroy(p.ctx);
+out_free:
+	if (p.pc)
+		for (j = 0; j < o->conns; j++)
+			free(p.pc[j].t_sent);
+	free(p.pc);
+	free(p.buf);
+	free(p.lat);
+	free(p.res);
+	return ret;
+}

@@ -1,0 +1,110 @@
+/*
+ * perf-conn.c: the connection-rate test of the evrdma-perf client
+ * (-t conn).
+ *
+ * It connects, closes each connection as soon as it is up and starts the
+ * next, CONNS at a time, until ITERS connections have come and gone; the
+ * time from evr_connect to on_connect is the latency sample.  One untimed
+ * connection first binds the ctx to its device and warms both sides up;
+ * the clock starts when it has closed.  The test request in the connect
+ * user bytes asks the server for no traffic (K_CONN).
+ */
+#include "perf.h"
+
+static void cc_start(struct pconn *pc);
+static void cc_launch(struct perf *p);
+
+static void cc_on_connect(evr_conn *conn, int status, void *arg)
+{
+	struct pconn *pc = arg;
+	struct perf *p = pc->p;
+	int rc;
+
+	p->events++;
+	if (status < 0) {
+		pc->conn = NULL;
+		pc->ph = PH_CLOSED;
+		if (!p->failed)
+			client_fail(p, "connect to %s:%d: %s", p->o.addr,
+				    p->o.port, evr_strerror(status));
+		return;
+	}
+	if (lat_add(p, (double)(now_ns() - pc->t_conn) / 1e3) < 0) {
+		client_fail(p, "out of memory");
+		return;
+	}
+	pc->ph = PH_CLOSING;
+	rc = evr_conn_close(conn, 0);
+	if (rc < 0)
+		client_fail(p, "evr_conn_close: %s", evr_strerror(rc));
+}
+
+static void cc_on_close(evr_conn *conn, int status, void *arg)
+{
+	struct pconn *pc = arg;
+	struct perf *p = pc->p;
+
+	(void)conn;
+	p->events++;
+	pc->conn = NULL;
+	pc->ph = PH_CLOSED;
+	if (p->failed)
+		return;
+	if (status < 0) {
+		client_fail(p, "conn test: connection closed: %s",
+			    evr_strerror(status));
+		return;
+	}
+	p->finished++;
+	if (p->conn_warm) {
+		/* The ctx is bound to its device now: start the clock. */
+		p->conn_warm = false;
+		p->started = p->finished = 0;
+		p->nlat = 0;
+		cc_launch(p);
+		return;
+	}
+	if (p->started < p->n) {
+		cc_start(pc);
+		return;
+	}
+	if (p->finished == p->n) {
+		take_end(p);
+		ev_break(p->loop, EVBREAK_ALL);
+	}
+}
+
+static void cc_start(struct pconn *pc)
+{
+	pc->ph = PH_CONNECTING;
+	pc->t_conn = now_ns();
+	pc->p->started++;
+	if (client_connect(pc, K_CONN, cc_on_connect, cc_on_close) < 0)
+		pc->ph = PH_CLOSED;
+}
+
+/* Start the timed connections, CONNS at a time. */
+static void cc_launch(struct perf *p)
+{
+	unsigned i;
+
+	run_start(p);
+	for (i = 0; i < p->o.conns && p->started < p->n && !p->failed; i++)
+		cc_start(&p->pc[i]);
+}
+
+/* Begin a conn test: the untimed connection first. */
+void cc_begin(struct perf *p)
+{
+	unsigned i;
+
+	p->n = p->o.iters;
+	for (i = 0; i < p->o.conns; i++) {
+		p->pc[i].p = p;
+		p->pc[i].idx = i;
+	}
+	/* One untimed connection first, which binds the ctx to the
+	 * device (on the first run) and warms both sides up. */
+	p->conn_warm = true;
+	cc_start(&p->pc[0]);
+}

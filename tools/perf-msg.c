@@ -1,0 +1,333 @@
+/*
+ * perf-msg.c: the message tests of the evrdma-perf client -- lat (echo
+ * ping-pong, also under --load idle, light or sat), and bw and rate (a
+ * one-way stream the server swallows).
+ *
+ * Each connection walks the phases of enum phase (perf.h): connect, warm
+ * up (echo tests), baseline report, wait for the others (perf-client.c
+ * starts the clock when all are ready), run, drain, final report, done,
+ * close.  Echo tests keep WINDOW ping-pongs in flight (one, unless --load
+ * sat) and take a latency sample per echo: half the round trip, as
+ * perftest's ib_send_lat reports it, from a CLOCK_MONOTONIC read just
+ * before the send to one when the echo is handed to on_recv (the loop's
+ * ev_now would be stale: in POLL mode one loop iteration polls many
+ * times).  One-way tests keep WINDOW sends unfinished, then ask for the
+ * final report, whose count must match what was sent.  The first
+ * connection to come up registers the send buffer, so that rendezvous
+ * sends of large messages cost no registration.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "perf.h"
+
+static const char *const phase_str[] = {
+	"idle", "connecting", "warmup", "base", "ready", "run",
+	"drain", "final", "done", "closing", "closed",
+};
+
+static void on_sent(evr_conn *conn, int status, void *arg);
+
+/* Send one data message (or, with len 0, a report request). */
+static int send_msg(struct pconn *pc, size_t len)
+{
+	int rc = evr_send(pc->conn, pc->p->buf, len, on_sent, pc);
+
+	if (rc < 0)
+		client_fail(pc->p, "conn %u: evr_send of %zu bytes in phase "
+				   "%s: %s",
+			    pc->idx, len, phase_str[pc->ph], evr_strerror(rc));
+	return rc;
+}
+
+static void request_report(struct pconn *pc, enum phase next)
+{
+	pc->ph = next;
+	send_msg(pc, 0);
+}
+
+/* The end of the measured interval. */
+/* Echo tests: keep the window full. */
+void pump_echo(struct pconn *pc)
+{
+	struct perf *p = pc->p;
+
+	while (pc->ph == PH_RUN && !p->stop && (!p->n || pc->sent < p->n) &&
+	       pc->sent - pc->echoed < p->window) {
+		pc->t_sent[pc->sent % p->window] = mono_s();
+		if (send_msg(pc, p->size) < 0)
+			return;
+		pc->sent++;
+	}
+}
+
+/* One-way tests: keep the window of unfinished sends full, then ask for
+ * the final report, which confirms the total. */
+void pump_sink(struct pconn *pc)
+{
+	struct perf *p = pc->p;
+
+	if (pc->ph != PH_RUN)
+		return;
+	while (!p->stop && (!p->n || pc->sent < p->n) &&
+	       pc->sent - pc->acked < p->window) {
+		if (send_msg(pc, p->size) < 0)
+			return;
+		pc->sent++;
+	}
+	if (p->stop || (p->n && pc->sent == p->n))
+		request_report(pc, PH_FINAL);
+}
+
+/* An echo test connection has no more sends to make: finish when the
+ * outstanding echoes are in. */
+static void echo_check_end(struct pconn *pc)
+{
+	struct perf *p = pc->p;
+
+	if (pc->ph == PH_RUN && (p->stop || (p->n && pc->sent == p->n)))
+		pc->ph = PH_DRAIN;
+	if (pc->ph == PH_DRAIN && pc->echoed == pc->sent) {
+		data_done(pc);
+		request_report(pc, PH_FINAL);
+	}
+}
+
+static void on_sent(evr_conn *conn, int status, void *arg)
+{
+	struct pconn *pc = arg;
+	struct perf *p = pc->p;
+
+	(void)conn;
+	if (status < 0) {
+		if (!p->failed && pc->ph < PH_CLOSING)
+			client_fail(p, "conn %u: send failed in phase %s: %s",
+				    pc->idx, phase_str[pc->ph],
+				    evr_strerror(status));
+		return;
+	}
+	p->events++;
+	if (pc->ph != PH_RUN || p->kind != K_SINK)
+		return;
+	pc->acked++;
+	pump_sink(pc);
+}
+
+static void on_report(struct pconn *pc, const void *data, size_t len)
+{
+	struct perf *p = pc->p;
+	struct report r;
+
+	if (report_decode(data, len, &r) < 0) {
+		client_fail(p, "conn %u: bad report (%zu bytes) in phase %s",
+			    pc->idx, len, phase_str[pc->ph]);
+		return;
+	}
+	if (pc->ph == PH_BASE) {
+		pc->base = r;
+		pc->ph = PH_READY;
+		if (++p->nready == p->o.conns)
+			run_start(p);
+		return;
+	}
+	pc->final = r;
+	if (p->kind == K_SINK) {
+		if (r.msgs - pc->base.msgs != pc->sent) {
+			client_fail(p, "conn %u: server received %llu of %llu "
+				       "messages",
+				    pc->idx,
+				    (unsigned long long)(r.msgs -
+							 pc->base.msgs),
+				    (unsigned long long)pc->sent);
+			return;
+		}
+		data_done(pc);
+	}
+	pc->ph = PH_DONE;
+	if (++p->ndone == p->o.conns)
+		close_all(p);
+}
+
+void on_recv(evr_conn *conn, const void *data, size_t len, void *arg)
+{
+	struct pconn *pc = arg;
+	struct perf *p = pc->p;
+	ev_tstamp t = mono_s();
+
+	(void)conn;
+	p->events++;
+	switch (pc->ph) {
+	case PH_WARMUP:
+		if (len != p->size)
+			break;
+		if (--pc->warm_left == 0)
+			request_report(pc, PH_BASE);
+		else
+			send_msg(pc, p->size);
+		return;
+	case PH_RUN:
+	case PH_DRAIN:
+		if (p->kind != K_ECHO || len != p->size ||
+		    pc->echoed == pc->sent)
+			break;
+		if (lat_add(p, (t - pc->t_sent[pc->echoed % p->window]) *
+				       1e6 / 2) < 0) {
+			client_fail(p, "out of memory");
+			return;
+		}
+		pc->echoed++;
+		echo_check_end(pc);
+		if (p->o.load != L_LIGHT) /* light: the ticks send */
+			pump_echo(pc);
+		return;
+	case PH_BASE:
+	case PH_FINAL:
+		on_report(pc, data, len);
+		return;
+	default:
+		break;
+	}
+	client_fail(p, "conn %u: unexpected %zu-byte message in phase %s",
+		    pc->idx, len, phase_str[pc->ph]);
+}
+
+static void on_connect(evr_conn *conn, int status, void *arg)
+{
+	struct pconn *pc = arg;
+	struct perf *p = pc->p;
+	int rc;
+
+	p->events++;
+	if (status < 0) {
+		pc->conn = NULL;
+		pc->ph = PH_CLOSED;
+		p->nclosed++;
+		if (!p->failed)
+			client_fail(p, "connect to %s:%d: %s", p->o.addr,
+				    p->o.port, evr_strerror(status));
+		return;
+	}
+	if (!p->mr) {
+		/* Registered once the ctx is bound to the device the server
+		 * is reached through; rendezvous sends then cost nothing. */
+		rc = evr_mr_reg(p->ctx, p->buf, p->buf_len,
+				EVR_ACCESS_REMOTE_READ, &p->mr);
+		if (rc < 0) {
+			client_fail(p, "evr_mr_reg of %zu bytes: %s",
+				    p->buf_len, evr_strerror(rc));
+			return;
+		}
+	}
+	pc->conn = conn;
+	if (p->kind == K_ECHO && p->warm) {
+		pc->ph = PH_WARMUP;
+		pc->warm_left = p->warm;
+		send_msg(pc, p->size);
+	} else {
+		request_report(pc, PH_BASE);
+	}
+}
+
+static void on_close(evr_conn *conn, int status, void *arg)
+{
+	struct pconn *pc = arg;
+	struct perf *p = pc->p;
+	enum phase was = pc->ph;
+
+	(void)conn;
+	p->events++;
+	pc->conn = NULL;
+	pc->ph = PH_CLOSED;
+	p->nclosed++;
+	if (p->failed)
+		return;
+	if (was != PH_CLOSING || status < 0) {
+		client_fail(p, "conn %u closed in phase %s: %s", pc->idx,
+			    phase_str[was], evr_strerror(status));
+		return;
+	}
+	if (p->nclosed == p->o.conns)
+		ev_break(p->loop, EVBREAK_ALL);
+}
+
+/* Connect every connection of a message test. */
+void msg_begin(struct perf *p)
+{
+	unsigned i;
+
+	for (i = 0; i < p->o.conns && !p->failed; i++) {
+		struct pconn *pc = &p->pc[i];
+
+		memset(&pc->base, 0, sizeof(pc->base));
+		memset(&pc->final, 0, sizeof(pc->final));
+		pc->p = p;
+		pc->idx = i;
+		pc->sent = pc->echoed = pc->acked = 0;
+		pc->ph = PH_CONNECTING;
+		if (client_connect(pc, p->kind, on_connect, on_close) < 0) {
+			pc->ph = PH_CLOSED;
+			p->nclosed++;
+		}
+	}
+}
+
+/* ---- timers ---- */
+
+void on_stop(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct perf *p = w->data;
+	unsigned i;
+
+	(void)loop;
+	(void)revents;
+	p->stop = true;
+	if (p->o.test == T_CONN)
+		return;
+	for (i = 0; i < p->o.conns && !p->failed; i++) {
+		struct pconn *pc = &p->pc[i];
+
+		if (pc->ph != PH_RUN)
+			continue;
+		if (p->kind == K_ECHO)
+			echo_check_end(pc);
+		else
+			pump_sink(pc);
+	}
+}
+
+/* --load light: one ping per connection per tick, if its last one is
+ * back (the load is offered, not closed-loop). */
+void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct perf *p = w->data;
+	unsigned i;
+
+	(void)loop;
+	(void)revents;
+	for (i = 0; i < p->o.conns && !p->failed; i++) {
+		struct pconn *pc = &p->pc[i];
+
+		if (pc->ph != PH_RUN || pc->sent != pc->echoed)
+			continue;
+		pc->t_sent[pc->sent % p->window] = mono_s();
+		if (send_msg(pc, p->size) < 0)
+			return;
+		pc->sent++;
+	}
+}
+
+/* --load idle: the duration is over; every connection asks for its final
+ * report. */
+void on_idle_end(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct perf *p = w->data;
+	unsigned i;
+
+	(void)loop;
+	(void)revents;
+	p->stop = true;
+	for (i = 0; i < p->o.conns && !p->failed; i++) {
+		data_done(&p->pc[i]);
+		request_report(&p->pc[i], PH_FINAL);
+	}
+}

@@ -1,0 +1,202 @@
+/*
+ * perf.h: what the files of evrdma-perf share -- limits, the wire format
+ * of a test request and of a report, the options and results of a
+ * measurement, the client's per-connection state, and the functions one
+ * file calls in another.
+ *
+ * The files: evrdma-perf.c (command line, main), perf-common.c (wire
+ * encoding, clocks, CPU time, latency samples), perf-server.c (the server),
+ * perf-client.c (the client: one measurement from connect to close, its
+ * timers), perf-msg.c (the message tests lat, bw and rate), perf-conn.c
+ * (the connection-rate test), perf-output.c (a result's figures and their
+ * table, CSV and JSON forms).
+ */
+#ifndef EVRDMA_PERF_H
+#define EVRDMA_PERF_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <evrdma.h>
+
+#define PERF_PORT 7472
+#define MAX_SIZES 64
+#define MAX_MSG (64u << 20)	/* the library's default max_msg_size */
+#define LIGHT_RATE 200		/* ping-pongs per second at --load light */
+#define STALL_S 30.0		/* no progress for this long: give up */
+#define PROGRESS_AFTER_S 3.0	/* runs longer than this print progress */
+
+/* ------------------------------------------------------------------------ */
+/* Wire: connect user bytes and reports                                     */
+
+/* What the server does with a connection (connect user byte 4). */
+enum kind {
+	K_ECHO = 1, /* send every message back */
+	K_SINK = 2, /* count messages, answer report requests only */
+	K_CONN = 3, /* connect and close, no traffic */
+};
+
+#define DESC_LEN 6 /* "EVP1", kind, mode */
+extern const char desc_magic[4];
+
+#define REPORT_LEN 56
+#define REPORT_MAGIC 0x52505645u /* "EVPR" little endian */
+
+struct report {
+	uint64_t msgs, bytes;	/* received on this connection */
+	uint64_t cpu_us;	/* server process user + system time */
+	uint64_t t_ns;		/* server CLOCK_MONOTONIC */
+	uint64_t switches;	/* server ctx mode switches */
+	uint64_t wakeups;	/* server ctx completion-channel wakeups */
+};
+
+/* ------------------------------------------------------------------------ */
+/* Client: options and results                                              */
+
+enum test { T_LAT, T_BW, T_RATE, T_CONN };
+extern const char *const test_str[];
+
+enum load { L_NONE, L_IDLE, L_LIGHT, L_SAT };
+extern const char *const load_str[];
+
+enum fmt { F_TABLE, F_JSON, F_CSV };
+
+struct opts {
+	const char *addr;
+	int port;
+	enum test test;
+	enum load load;
+	size_t sizes[MAX_SIZES];
+	int nsizes;
+	uint64_t iters; /* per connection (conn: connections in all) */
+	double secs;	/* 0: count-based */
+	unsigned window, conns;
+	int mode;
+	enum fmt fmt;
+};
+
+/* One row of output. */
+struct result {
+	enum test test;
+	enum load load;
+	int mode;
+	size_t size;
+	unsigned conns, window;
+	uint64_t msgs;
+	double secs;
+	double lat_med, lat_p99, lat_p999; /* us; NAN when not measured */
+	double msg_s, mb_s;
+	double cpu_us_msg, cpu_pct;	  /* client */
+	double srv_cpu_us_msg, srv_cpu_pct; /* NAN when not known */
+	uint64_t switches, srv_switches, wakeups;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Client: one measurement                                                  */
+
+/* Per-connection state machine of a measurement. */
+enum phase {
+	PH_IDLE,	/* not started */
+	PH_CONNECTING,
+	PH_WARMUP,	/* echo tests: unmeasured ping-pongs */
+	PH_BASE,	/* waiting for the baseline report */
+	PH_READY,	/* waiting for the other connections */
+	PH_RUN,
+	PH_DRAIN,	/* no new sends; waiting for the outstanding echoes */
+	PH_FINAL,	/* waiting for the final report */
+	PH_DONE,
+	PH_CLOSING,
+	PH_CLOSED,
+};
+
+struct perf;
+
+struct pconn {
+	struct perf *p;
+	evr_conn *conn;
+	unsigned idx;
+	enum phase ph;
+	uint64_t sent, echoed, acked; /* data messages */
+	uint64_t warm_left;
+	ev_tstamp *t_sent;	/* send time, ring of window entries */
+	uint64_t t_conn;	/* conn test: when evr_connect was called */
+	struct report base, final;
+};
+
+struct perf {
+	struct opts o;
+	struct ev_loop *loop;
+	evr_ctx *ctx;
+	evr_mr *mr;	/* the send buffer, readable by the peer */
+	uint8_t *buf;
+	size_t buf_len;
+	struct pconn *pc;
+	int failed;
+
+	/* the measurement in progress */
+	enum kind kind;
+	size_t size;
+	uint64_t n;	 /* iterations per conn; 0: until stop */
+	uint64_t warm;	 /* warm-up ping-pongs per conn */
+	unsigned window;
+	bool stop;	 /* duration over */
+	unsigned nready, ndata, ndone, nclosed;
+	uint64_t started, finished; /* conn test */
+	bool conn_warm;	 /* conn test: the untimed first connection */
+	uint64_t t_begin, t0, t1, cpu0, cpu1;
+	struct evr_stats st0, st1;
+	double *lat;	 /* half round trips, us */
+	size_t nlat, lat_cap;
+	uint64_t events, events_seen; /* progress, for stall detection */
+	double stall_s;
+	bool progress_shown;
+	ev_timer stop_w, tick_w, prog_w;
+
+	struct result *res;
+	size_t nres;
+};
+/* ------------------------------------------------------------------------ */
+/* Functions shared between files                                           */
+
+/* perf-common.c */
+void report_encode(uint8_t *p, const struct report *r);
+int report_decode(const void *data, size_t len, struct report *r);
+uint64_t now_ns(void);
+ev_tstamp mono_s(void);
+int cpu_us(uint64_t *out);
+int lat_add(struct perf *p, double us);
+
+/* perf-server.c */
+int run_server(const char *addr, int port, int verbose);
+
+/* perf-client.c */
+int run_client(struct opts *o);
+void client_fail(struct perf *p, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+int client_connect(struct pconn *pc, enum kind kind,
+		   evr_connect_cb on_connect, evr_close_cb on_close);
+void run_start(struct perf *p);
+void take_end(struct perf *p);
+void data_done(struct pconn *pc);
+void close_all(struct perf *p);
+
+/* perf-msg.c */
+void msg_begin(struct perf *p);
+void pump_echo(struct pconn *pc);
+void pump_sink(struct pconn *pc);
+void on_recv(evr_conn *conn, const void *data, size_t len, void *arg);
+void on_stop(struct ev_loop *loop, ev_timer *w, int revents);
+void on_tick(struct ev_loop *loop, ev_timer *w, int revents);
+void on_idle_end(struct ev_loop *loop, ev_timer *w, int revents);
+
+/* perf-conn.c */
+void cc_begin(struct perf *p);
+
+/* perf-output.c */
+void result_fill(struct perf *p, struct result *r);
+void emit_row(const struct perf *p, size_t i);
+void emit_json(const struct perf *p);
+
+#endif
