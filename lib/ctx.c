@@ -14,29 +14,6 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
-void evr_ctx_opts_init(struct evr_ctx_opts *o)
-{
-	memset(o, 0, sizeof(*o));
-	o->mode = EVR_MODE_ADAPTIVE;
-	o->sq_depth = 256;
-	o->recv_depth = 64;
-	o->eager_size = 8192;
-	o->max_msg_size = 64u << 20;
-	o->signal_interval = 16;
-	o->connect_timeout_ms = 5000;
-	o->close_timeout_ms = 5000;
-	o->retry_count = 6;
-	o->ack_timeout = 16;
-	o->keepalive_ms = 2000;
-	o->keepalive_timeout_ms = 6000;
-	o->send_queue_limit = 64u << 20;
-	o->send_queue_lowat = 0;
-	o->adapt_up_rate = 2000;
-	o->adapt_up_batch = 16;
-	o->adapt_quiet_us = 1000;
-	o->log_level = EVR_LOG_WARN;
-}
-
 /* The upward calls of the layers below (struct evr__hooks). */
 void evr__ctx_hooks_init(evr_ctx *ctx)
 {
@@ -76,7 +53,7 @@ static void ctx_free(evr_ctx *ctx)
 int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 		   const struct evr_ctx_opts *opts)
 {
-	struct evr_ctx_opts dflt;
+	struct evr_ctx_opts dflt, o;
 	struct evr__adapt_cfg acfg;
 	const char *dev;
 	evr_ctx *ctx;
@@ -84,10 +61,12 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 
 	if (!out)
 		return -EINVAL;
-	if (!opts) {
-		evr_ctx_opts_init(&dflt);
-		opts = &dflt;
-	}
+	evr_ctx_opts_init(&dflt);
+	err = evr__opts_take(NULL, "evr_ctx_opts", &o, sizeof(o), &dflt,
+			     opts ? opts : &dflt);
+	if (err)
+		return err;
+	opts = &o;
 	if (opts->mode > EVR_MODE_ADAPTIVE || opts->sq_depth < 4 ||
 	    opts->recv_depth < EVR_HS_MIN_DEPTH || opts->recv_depth > 0xffff ||
 	    opts->eager_size < EVR_HS_MIN_EAGER ||

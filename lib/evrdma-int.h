@@ -532,6 +532,18 @@ static inline uint64_t evr__loop_ns(evr_ctx *ctx)
 int evr__set_nonblock(int fd);
 unsigned evr__env_uint(const char *name, unsigned dflt);
 
+/* opts.c: options structs that can grow */
+#define EVR__OPTS_MAX_SIZE 4096 /* larger: -E2BIG, surely not a struct */
+/* Copy the caller's options src (first member: its size) into dst, a
+ * struct of the library's dst_size: defaults for what src lacks.  0, or
+ * -EINVAL (size 0 or too small to hold size) or -E2BIG (larger than
+ * EVR__OPTS_MAX_SIZE, or a non-zero byte past dst_size). */
+int evr__opts_copy(void *dst, size_t dst_size, const void *defaults,
+		   const void *src);
+/* evr__opts_copy() that logs a refusal, naming the struct (what). */
+int evr__opts_take(const evr_ctx *ctx, const char *what, void *dst,
+		   size_t dst_size, const void *defaults, const void *src);
+
 /* dev.c: choosing and opening the device */
 int evr__dev_open_by_name(evr_ctx *ctx, const char *name);
 int evr__dev_open_by_addr(evr_ctx *ctx, const char *addr);

@@ -110,6 +110,9 @@ const char *evr_strerror(int err)
 		return "connection refused (no listener, or rejected by the peer)";
 	case -ENOBUFS:
 		return "send queue full: wait for the drain callback";
+	case -E2BIG:
+		return "options struct sets fields this library does not know "
+		       "(built against a newer evrdma.h)";
 	default:
 		/* strerror() is not thread-safe; the table it reads is. */
 		if (err < 0 && err > -4096) {
