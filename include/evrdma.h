@@ -100,6 +100,13 @@ EVR_EXPORT const char *evr_mode_str(enum evr_mode mode);
  * New fields are only ever appended, each starting at or after the
  * previous version's sizeof (never in its trailing padding, which a struct
  * assignment need not copy).
+ *
+ * Options and the environment: a numeric field left at 0 (what _init
+ * leaves in the fields marked "env") means "unset": the environment
+ * variable named applies if it is set to a number, else the built-in
+ * default.  A non-zero field always wins over the environment.  The
+ * environment is read once, by evr_ctx_create(); README "Environment"
+ * lists every variable.
  */
 struct evr_ctx_opts {
 	/** sizeof(struct evr_ctx_opts) as the caller was built: set by
@@ -144,13 +151,23 @@ struct evr_ctx_opts {
 	unsigned keepalive_timeout_ms;
 	size_t send_queue_limit;     /**< bytes queued per conn, default 64 MiB */
 	size_t send_queue_lowat;     /**< on_drain at or below this, default limit/2 */
-	/* Adaptive mode (also EVR_ADAPT_* environment variables). */
-	unsigned adapt_up_rate;	     /**< wakeups/s that switch to POLL */
-	unsigned adapt_up_batch;     /**< completions/wakeup that switch */
-	unsigned adapt_quiet_us;     /**< idle time that switches back */
-	evr_log_fn log_fn;	     /**< NULL: stderr if EVR_LOG is set */
+	/* Adaptive mode thresholds (env: 0 takes the environment variable,
+	 * else the default).  A rule is never met with UINT_MAX. */
+	/** Wakeups per second that switch to POLL (env EVR_ADAPT_UP_RATE,
+	 *  default 2000). */
+	unsigned adapt_up_rate;
+	/** Completions in one wakeup that switch to POLL (env
+	 *  EVR_ADAPT_UP_BATCH, default 16). */
+	unsigned adapt_up_batch;
+	/** Time without a completion that switches back to EVENT, in us (env
+	 *  EVR_ADAPT_QUIET_US, default 1000). */
+	unsigned adapt_quiet_us;
+	/** Log sink.  NULL: lines go to stderr at the level EVR_LOG names
+	 *  (error|warn|info|debug), none if EVR_LOG is unset.  Set, it takes
+	 *  every line at or below log_level and EVR_LOG is not read. */
+	evr_log_fn log_fn;
 	void *log_arg;
-	enum evr_log_level log_level; /**< default EVR_LOG_WARN with log_fn */
+	enum evr_log_level log_level; /**< with log_fn, default EVR_LOG_WARN */
 };
 
 /** Fill opts with the defaults and record sizeof(*opts) in opts->size, as
@@ -168,7 +185,8 @@ static inline void evr_ctx_opts_init(struct evr_ctx_opts *opts)
  * known (see evr_ctx_opts.device), the PD, the completion channel and the
  * CQs, and starts the watchers.  opts NULL: the defaults.  -EINVAL for
  * opts never initialised (size 0) or out of range, -E2BIG for opts from a
- * newer evrdma.h that set fields this library does not know.
+ * newer evrdma.h that set fields this library does not know.  Reads the
+ * environment (README "Environment") once, here.
  * On success *out is owned by the caller until evr_ctx_destroy().
  */
 EVR_EXPORT int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,

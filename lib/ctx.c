@@ -54,7 +54,7 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 		   const struct evr_ctx_opts *opts)
 {
 	struct evr_ctx_opts dflt, o;
-	struct evr__adapt_cfg acfg;
+	struct evr__env env;
 	const char *dev;
 	evr_ctx *ctx;
 	int err;
@@ -87,6 +87,9 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	ctx->o.device = NULL; /* not kept: the caller owns the strings */
 	ctx->o.local_addr = NULL;
 	ctx->max_eager = (uint32_t)opts->eager_size;
+	/* the environment, once: nothing reads it after this call */
+	evr__env_read(&env);
+	evr__tune_resolve(&ctx->tune, opts, &env);
 	evr__list_init(&ctx->cqs);
 	evr__list_init(&ctx->conns);
 	evr__list_init(&ctx->listeners);
@@ -120,7 +123,7 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	 * rdma_cm resolves (listen, connect, incoming request) decides. */
 	dev = opts->device;
 	if (!dev && !opts->local_addr)
-		dev = getenv("EVR_DEVICE");
+		dev = env.device;
 	if (dev)
 		err = evr__dev_open_by_name(ctx, dev);
 	else if (opts->local_addr)
@@ -130,9 +133,7 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 
 	ctx->mode = opts->mode;
 	ctx->polling = opts->mode == EVR_MODE_POLL;
-	evr__adapt_cfg_from_opts(&acfg, opts);
-	evr__adapt_init(&ctx->adapt, &acfg, evr__loop_ns(ctx));
-	ctx->poll_spin = evr__env_uint("EVR_POLL_SPIN", EVR_POLL_SPIN);
+	evr__adapt_init(&ctx->adapt, &ctx->tune.adapt, evr__loop_ns(ctx));
 
 	evr__loop_start(ctx);
 	if (ctx->verbs) {

@@ -1,5 +1,6 @@
 /*
- * Options structs that grow (lib/opts.c).
+ * Options structs that grow, and options against the environment
+ * (lib/opts.c).
  *
  * A program built against an older evrdma.h hands the library a shorter
  * struct: the prefix structs below are today's layouts cut before their
@@ -10,6 +11,10 @@
  * struct never initialised (size 0) is refused with -EINVAL.  The copy
  * helper is driven directly, then evr_ctx_create() on the paths that need
  * no device.
+ *
+ * The precedence of options and environment -- a non-zero option, else
+ * the variable, else the default -- is checked through evr__opt_pick() and
+ * evr__tune_resolve(), the functions a ctx is configured by.
  */
 #include "config.h"
 
@@ -106,7 +111,9 @@ static void test_init_records_size(void **state)
 	assert_int_equal(o.size, sizeof(o));
 	assert_int_equal(o.sq_depth, 256);
 	assert_int_equal(o.mode, EVR_MODE_ADAPTIVE);
-	assert_int_equal(o.adapt_up_rate, 2000);
+	assert_int_equal(o.adapt_up_rate, 0); /* unset: env or default */
+	assert_int_equal(o.adapt_up_batch, 0);
+	assert_int_equal(o.adapt_quiet_us, 0);
 	assert_null(o.log_fn);
 	assert_int_equal(o.log_level, EVR_LOG_WARN);
 
@@ -304,6 +311,124 @@ static void test_ctx_create_checks_size(void **state)
 		assert_true(rc != -EINVAL && rc != -E2BIG);
 }
 
+/* The precedence, value by value: option, else variable, else default. */
+static void test_pick(void **state)
+{
+	static const struct {
+		unsigned opt;
+		const char *env;
+		unsigned dflt, want;
+	} cases[] = {
+	    {5, "7", 9, 5},  /* explicit beats the environment */
+	    {5, NULL, 9, 5}, /* explicit beats the default */
+	    {0, "7", 9, 7},  /* the environment beats the default */
+	    {0, "0", 9, 0},  /* 0 from the environment is a setting */
+	    {0, NULL, 9, 9}, /* neither: the default */
+	    {0, "", 9, 9},   /* empty: unset */
+	    {0, "7x", 9, 9}, /* malformed: ignored */
+	    {0, "-1", 9, 9}, /* no sign */
+	    {0, " 7", 9, 9}, /* no blanks */
+	    {0, "\t7", 9, 9},
+	    {0, "+7", 9, 9},
+	    {0, "4294967296", 9, 9}, /* too big */
+	    {0, "4294967295", 9, 4294967295u},
+	};
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		assert_int_equal(
+		    evr__opt_pick(cases[i].opt, cases[i].env, cases[i].dflt),
+		    cases[i].want);
+}
+
+/* A ctx's whole configuration: each source in its place. */
+static void test_tune_resolve(void **state)
+{
+	struct evr__env env = {0};
+	struct evr_ctx_opts o;
+	struct evr__tune t;
+
+	(void)state;
+	/* neither: the defaults, and no stderr logging */
+	evr_ctx_opts_init(&o);
+	evr__tune_resolve(&t, &o, &env);
+	assert_int_equal(t.adapt.up_rate, EVR_ADAPT_UP_RATE);
+	assert_int_equal(t.adapt.up_batch, EVR_ADAPT_UP_BATCH);
+	assert_int_equal(t.adapt.quiet_us, EVR_ADAPT_QUIET_US);
+	assert_int_equal(t.adapt.quiet_polls, EVR_ADAPT_QUIET_POLLS);
+	assert_int_equal(t.adapt.window_us, EVR_ADAPT_WINDOW_US);
+	assert_int_equal(t.poll_spin, EVR_POLL_SPIN);
+	assert_int_equal(t.reg_cache_max, 0);
+	assert_int_equal(t.log_stderr, 0);
+
+	/* the environment, for what the options leave unset */
+	env.adapt_up_rate = "100";
+	env.adapt_up_batch = "200";
+	env.adapt_quiet_us = "300";
+	env.adapt_quiet_polls = "0";
+	env.poll_spin = "5";
+	env.reg_cache = "8";
+	env.log = "info";
+	evr__tune_resolve(&t, &o, &env);
+	assert_int_equal(t.adapt.up_rate, 100);
+	assert_int_equal(t.adapt.up_batch, 200);
+	assert_int_equal(t.adapt.quiet_us, 300);
+	assert_int_equal(t.adapt.quiet_polls, 0);
+	assert_int_equal(t.poll_spin, 5);
+	assert_int_equal(t.reg_cache_max, 8);
+	assert_int_equal(t.log_stderr, EVR_LOG_INFO + 1);
+
+	/* explicit options beat it; a log sink means EVR_LOG is not read */
+	o.adapt_up_rate = 1;
+	o.adapt_up_batch = 2;
+	o.adapt_quiet_us = 3;
+	o.log_fn = log_sink;
+	evr__tune_resolve(&t, &o, &env);
+	assert_int_equal(t.adapt.up_rate, 1);
+	assert_int_equal(t.adapt.up_batch, 2);
+	assert_int_equal(t.adapt.quiet_us, 3);
+	assert_int_equal(t.log_stderr, 0);
+	assert_int_equal(t.poll_spin, 5); /* no option: still the variable */
+}
+
+/* The variables a ctx reads, by their documented names. */
+static void test_env_read(void **state)
+{
+	static const struct {
+		const char *name;
+		size_t off;
+	} vars[] = {
+	    {"EVR_DEVICE", offsetof(struct evr__env, device)},
+	    {"EVR_LOG", offsetof(struct evr__env, log)},
+	    {"EVR_ADAPT_UP_RATE", offsetof(struct evr__env, adapt_up_rate)},
+	    {"EVR_ADAPT_UP_BATCH", offsetof(struct evr__env, adapt_up_batch)},
+	    {"EVR_ADAPT_QUIET_US", offsetof(struct evr__env, adapt_quiet_us)},
+	    {"EVR_ADAPT_QUIET_POLLS",
+	     offsetof(struct evr__env, adapt_quiet_polls)},
+	    {"EVR_POLL_SPIN", offsetof(struct evr__env, poll_spin)},
+	    {"EVR_REG_CACHE", offsetof(struct evr__env, reg_cache)},
+	};
+	struct evr__env env;
+	size_t i;
+
+	(void)state;
+	assert_int_equal(sizeof(vars) / sizeof(vars[0]),
+			 sizeof(env) / sizeof(const char *));
+	for (i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		assert_int_equal(setenv(vars[i].name, vars[i].name, 1), 0);
+	evr__env_read(&env);
+	for (i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *got;
+
+		memcpy(&got, (char *)&env + vars[i].off, sizeof(got));
+		assert_string_equal(got, vars[i].name);
+		assert_int_equal(unsetenv(vars[i].name), 0);
+	}
+	evr__env_read(&env);
+	assert_null(env.reg_cache);
+}
+
 static void test_e2big_text(void **state)
 {
 	(void)state;
@@ -320,6 +445,9 @@ int main(void)
 	    cmocka_unit_test(test_new_struct_tail),
 	    cmocka_unit_test(test_bad_sizes),
 	    cmocka_unit_test(test_ctx_create_checks_size),
+	    cmocka_unit_test(test_pick),
+	    cmocka_unit_test(test_tune_resolve),
+	    cmocka_unit_test(test_env_read),
 	    cmocka_unit_test(test_e2big_text),
 	};
 
