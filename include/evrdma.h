@@ -87,7 +87,31 @@ enum evr_mode {
 
 EVR_EXPORT const char *evr_mode_str(enum evr_mode mode);
 
+/*
+ * Options structs (evr_ctx_opts, evr_conn_opts) can grow without breaking
+ * programs built against an older evrdma.h.  Their first member, size, is
+ * set by evr_ctx_opts_init() / evr_conn_opts_init() to the sizeof the
+ * caller was compiled with; the library takes from a smaller struct the
+ * fields it has and gives the missing ones their defaults, and accepts a
+ * larger one (from a newer header) only if the fields it does not know are
+ * all zero (else -E2BIG).  A struct never initialised (size 0) is refused
+ * with -EINVAL.  So: always call the _init function first, then set
+ * fields; copying an initialised struct is fine.
+ * New fields are only ever appended, each starting at or after the
+ * previous version's sizeof (never in its trailing padding, which a struct
+ * assignment need not copy).
+ *
+ * Options and the environment: a numeric field left at 0 (what _init
+ * leaves in the fields marked "env") means "unset": the environment
+ * variable named applies if it is set to a number, else the built-in
+ * default.  A non-zero field always wins over the environment.  The
+ * environment is read once, by evr_ctx_create(); README "Environment"
+ * lists every variable.
+ */
 struct evr_ctx_opts {
+	/** sizeof(struct evr_ctx_opts) as the caller was built: set by
+	 *  evr_ctx_opts_init(), do not change it. */
+	size_t size;
 	/** RDMA device name ("rxe0").  NULL: the device that has local_addr,
 	 *  else the one named by the EVR_DEVICE environment variable, else
 	 *  the device of the first address rdma_cm resolves for this ctx
@@ -127,24 +151,42 @@ struct evr_ctx_opts {
 	unsigned keepalive_timeout_ms;
 	size_t send_queue_limit;     /**< bytes queued per conn, default 64 MiB */
 	size_t send_queue_lowat;     /**< on_drain at or below this, default limit/2 */
-	/* Adaptive mode (also EVR_ADAPT_* environment variables). */
-	unsigned adapt_up_rate;	     /**< wakeups/s that switch to POLL */
-	unsigned adapt_up_batch;     /**< completions/wakeup that switch */
-	unsigned adapt_quiet_us;     /**< idle time that switches back */
-	evr_log_fn log_fn;	     /**< NULL: stderr if EVR_LOG is set */
+	/* Adaptive mode thresholds (env: 0 takes the environment variable,
+	 * else the default).  A rule is never met with UINT_MAX. */
+	/** Wakeups per second that switch to POLL (env EVR_ADAPT_UP_RATE,
+	 *  default 2000). */
+	unsigned adapt_up_rate;
+	/** Completions in one wakeup that switch to POLL (env
+	 *  EVR_ADAPT_UP_BATCH, default 16). */
+	unsigned adapt_up_batch;
+	/** Time without a completion that switches back to EVENT, in us (env
+	 *  EVR_ADAPT_QUIET_US, default 1000). */
+	unsigned adapt_quiet_us;
+	/** Log sink.  NULL: lines go to stderr at the level EVR_LOG names
+	 *  (error|warn|info|debug), none if EVR_LOG is unset.  Set, it takes
+	 *  every line at or below log_level and EVR_LOG is not read. */
+	evr_log_fn log_fn;
 	void *log_arg;
-	enum evr_log_level log_level; /**< default EVR_LOG_WARN with log_fn */
+	enum evr_log_level log_level; /**< with log_fn, default EVR_LOG_WARN */
 };
 
-/** Fill opts with the defaults.  Always call it before setting fields. */
-EVR_EXPORT void evr_ctx_opts_init(struct evr_ctx_opts *opts);
+/** Fill opts with the defaults and record sizeof(*opts) in opts->size, as
+ *  compiled into the caller.  Always call it before setting fields. */
+EVR_EXPORT void evr_ctx_opts_init_sz(struct evr_ctx_opts *opts, size_t size);
+static inline void evr_ctx_opts_init(struct evr_ctx_opts *opts)
+{
+	evr_ctx_opts_init_sz(opts, sizeof(*opts));
+}
 
 /**
  * Create a context on loop (a libev loop the caller runs), or on a private
  * loop when loop is NULL (drive it with evr_ctx_run() or the embedding
  * calls below).  Creates the rdma_cm event channel and, once the device is
  * known (see evr_ctx_opts.device), the PD, the completion channel and the
- * CQs, and starts the watchers.
+ * CQs, and starts the watchers.  opts NULL: the defaults.  -EINVAL for
+ * opts never initialised (size 0) or out of range, -E2BIG for opts from a
+ * newer evrdma.h that set fields this library does not know.  Reads the
+ * environment (README "Environment") once, here.
  * On success *out is owned by the caller until evr_ctx_destroy().
  */
 EVR_EXPORT int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
@@ -297,7 +339,11 @@ typedef void (*evr_close_cb)(evr_conn *conn, int status, void *arg);
  *  reached the limit (an evr_send returned -ENOBUFS). */
 typedef void (*evr_drain_cb)(evr_conn *conn, void *arg);
 
+/* Growable like evr_ctx_opts (see there). */
 struct evr_conn_opts {
+	/** sizeof(struct evr_conn_opts) as the caller was built: set by
+	 *  evr_conn_opts_init(), do not change it. */
+	size_t size;
 	evr_connect_cb on_connect;
 	evr_recv_cb on_recv;
 	evr_imm_cb on_imm;
@@ -313,7 +359,14 @@ struct evr_conn_opts {
 	int keepalive_ms;
 };
 
-EVR_EXPORT void evr_conn_opts_init(struct evr_conn_opts *opts);
+/** Zero opts and record sizeof(*opts) in opts->size, as compiled into the
+ *  caller.  Always call it before setting fields. */
+EVR_EXPORT void evr_conn_opts_init_sz(struct evr_conn_opts *opts,
+				      size_t size);
+static inline void evr_conn_opts_init(struct evr_conn_opts *opts)
+{
+	evr_conn_opts_init_sz(opts, sizeof(*opts));
+}
 
 /**
  * Connect to host:port (an IPv4 or IPv6 literal or a name) through rdma_cm.
@@ -324,6 +377,8 @@ EVR_EXPORT void evr_conn_opts_init(struct evr_conn_opts *opts);
  * with a bad handshake).  *out (may be NULL) receives the handle, owned
  * by the library; it is valid until on_connect fails or on_close returns.
  * Sends may be issued before the connection is up; they are queued.
+ * opts NULL: no callbacks, the defaults; -EINVAL for opts never
+ * initialised (size 0), -E2BIG for fields this library does not know.
  */
 EVR_EXPORT int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 			   const struct evr_conn_opts *opts, evr_conn **out);
@@ -393,7 +448,7 @@ EVR_EXPORT void evr_listener_close(evr_listener *l);
 /**
  * Accept a request with the given callbacks (on_connect fires once the
  * connection is established, or with an error).  *out (may be NULL)
- * receives the handle, as for evr_connect().
+ * receives the handle, as for evr_connect().  opts as for evr_connect().
  */
 EVR_EXPORT int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 			  evr_conn **out);

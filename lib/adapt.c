@@ -17,24 +17,11 @@
  * whichever mode it is in and never flaps.  The caller arms the CQs and
  * polls once more on the way down, so nothing that raced the arm is lost.
  *
- * The machine is pure: time and counts come from the caller.  Only
- * evr__adapt_cfg_from_opts() looks outside, at the environment, so that a
- * ctx and the unit tests get their configuration from the same code.
+ * The machine is pure: time and counts come from the caller, and its
+ * configuration from evr__tune_resolve() (opts.c), which a ctx and the
+ * unit tests share.
  */
 #include "evrdma-int.h"
-
-void evr__adapt_cfg_from_opts(struct evr__adapt_cfg *cfg,
-			      const struct evr_ctx_opts *opts)
-{
-	cfg->up_rate = evr__env_uint("EVR_ADAPT_UP_RATE", opts->adapt_up_rate);
-	cfg->up_batch = evr__env_uint("EVR_ADAPT_UP_BATCH",
-				      opts->adapt_up_batch);
-	cfg->quiet_us = evr__env_uint("EVR_ADAPT_QUIET_US",
-				      opts->adapt_quiet_us);
-	cfg->window_us = EVR_ADAPT_WINDOW_US;
-	cfg->quiet_polls = evr__env_uint("EVR_ADAPT_QUIET_POLLS",
-					 EVR_ADAPT_QUIET_POLLS);
-}
 
 void evr__adapt_init(struct evr__adapt *a, const struct evr__adapt_cfg *cfg,
 		     uint64_t now_ns)

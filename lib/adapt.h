@@ -9,8 +9,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct evr_ctx_opts;
-
+/* Defaults of the thresholds (evr_ctx_opts.adapt_*, EVR_ADAPT_*). */
+#define EVR_ADAPT_UP_RATE 2000
+#define EVR_ADAPT_UP_BATCH 16
+#define EVR_ADAPT_QUIET_US 1000
 /* The rate window: wakeups are counted over this long. */
 #define EVR_ADAPT_WINDOW_US 10000
 /* POLL -> EVENT also needs this many empty loop iterations (each up to
@@ -37,11 +39,8 @@ struct evr__adapt {
 	uint64_t switches;
 };
 
-/* The configuration a ctx runs with: the thresholds of its options, the
- * fixed window and quiet polls, then the EVR_ADAPT_* environment
- * overrides.  The one place that fills it, for the library and its tests. */
-void evr__adapt_cfg_from_opts(struct evr__adapt_cfg *cfg,
-			      const struct evr_ctx_opts *opts);
+/* The configuration is filled by evr__tune_resolve() (opts.c): options,
+ * then EVR_ADAPT_* variables, then the defaults above. */
 void evr__adapt_init(struct evr__adapt *a, const struct evr__adapt_cfg *cfg,
 		     uint64_t now_ns);
 /* In EVENT mode: one completion-channel wakeup that found ncqe

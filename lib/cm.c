@@ -97,17 +97,19 @@ int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 		const struct evr_conn_opts *opts, evr_conn **out)
 {
 	struct sockaddr_storage dst;
-	struct evr_conn_opts dflt;
+	struct evr_conn_opts dflt, o;
 	unsigned tmo;
 	evr_conn *c;
 	int err;
 
 	if (!ctx || !host || !port)
 		return -EINVAL;
-	if (!opts) {
-		evr_conn_opts_init(&dflt);
-		opts = &dflt;
-	}
+	evr_conn_opts_init(&dflt);
+	err = evr__opts_take(ctx, "evr_conn_opts", &o, sizeof(o), &dflt,
+			     opts ? opts : &dflt);
+	if (err)
+		return err;
+	opts = &o;
 	if (opts->user_len > EVR_MAX_USER_DATA ||
 	    (opts->user_len && !opts->user_data))
 		return -EINVAL;
@@ -437,7 +439,7 @@ static void on_connect_request(evr_ctx *ctx, const struct cm_ev *e)
 int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 	       evr_conn **out)
 {
-	struct evr_conn_opts dflt;
+	struct evr_conn_opts dflt, o;
 	struct rdma_conn_param p;
 	uint8_t buf[EVR_HS_MAX];
 	struct evr__hs hs;
@@ -448,11 +450,13 @@ int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 
 	if (!req || req->answered)
 		return -EINVAL;
-	if (!opts) {
-		evr_conn_opts_init(&dflt);
-		opts = &dflt;
-	}
 	ctx = req->ctx;
+	evr_conn_opts_init(&dflt);
+	err = evr__opts_take(ctx, "evr_conn_opts", &o, sizeof(o), &dflt,
+			     opts ? opts : &dflt);
+	if (err)
+		return err;
+	opts = &o;
 	c = evr__conn_new(ctx, req->id, false, opts);
 	if (!c)
 		return -ENOMEM;

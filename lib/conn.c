@@ -91,11 +91,6 @@ void evr__conn_to(evr_conn *c, enum evr__conn_state to)
 static void on_timer(struct evr__timer *t);
 static void on_keepalive(struct evr__timer *t);
 
-void evr_conn_opts_init(struct evr_conn_opts *o)
-{
-	memset(o, 0, sizeof(*o));
-}
-
 evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 			const struct evr_conn_opts *opts)
 {

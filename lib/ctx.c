@@ -14,29 +14,6 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
-void evr_ctx_opts_init(struct evr_ctx_opts *o)
-{
-	memset(o, 0, sizeof(*o));
-	o->mode = EVR_MODE_ADAPTIVE;
-	o->sq_depth = 256;
-	o->recv_depth = 64;
-	o->eager_size = 8192;
-	o->max_msg_size = 64u << 20;
-	o->signal_interval = 16;
-	o->connect_timeout_ms = 5000;
-	o->close_timeout_ms = 5000;
-	o->retry_count = 6;
-	o->ack_timeout = 16;
-	o->keepalive_ms = 2000;
-	o->keepalive_timeout_ms = 6000;
-	o->send_queue_limit = 64u << 20;
-	o->send_queue_lowat = 0;
-	o->adapt_up_rate = 2000;
-	o->adapt_up_batch = 16;
-	o->adapt_quiet_us = 1000;
-	o->log_level = EVR_LOG_WARN;
-}
-
 /* The upward calls of the layers below (struct evr__hooks). */
 void evr__ctx_hooks_init(evr_ctx *ctx)
 {
@@ -77,18 +54,20 @@ static void ctx_free(evr_ctx *ctx)
 int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 		   const struct evr_ctx_opts *opts)
 {
-	struct evr_ctx_opts dflt;
-	struct evr__adapt_cfg acfg;
+	struct evr_ctx_opts dflt, o;
+	struct evr__env env;
 	const char *dev;
 	evr_ctx *ctx;
 	int err;
 
 	if (!out)
 		return -EINVAL;
-	if (!opts) {
-		evr_ctx_opts_init(&dflt);
-		opts = &dflt;
-	}
+	evr_ctx_opts_init(&dflt);
+	err = evr__opts_take(NULL, "evr_ctx_opts", &o, sizeof(o), &dflt,
+			     opts ? opts : &dflt);
+	if (err)
+		return err;
+	opts = &o;
 	if (opts->mode > EVR_MODE_ADAPTIVE || opts->sq_depth < 4 ||
 	    opts->recv_depth < EVR_HS_MIN_DEPTH || opts->recv_depth > 0xffff ||
 	    opts->eager_size < EVR_HS_MIN_EAGER ||
@@ -109,6 +88,9 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	ctx->o.device = NULL; /* not kept: the caller owns the strings */
 	ctx->o.local_addr = NULL;
 	ctx->max_eager = (uint32_t)opts->eager_size;
+	/* the environment, once: nothing reads it after this call */
+	evr__env_read(&env);
+	evr__tune_resolve(&ctx->tune, opts, &env);
 	evr__list_init(&ctx->cqs);
 	evr__list_init(&ctx->conns);
 	evr__list_init(&ctx->listeners);
@@ -142,7 +124,7 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	 * rdma_cm resolves (listen, connect, incoming request) decides. */
 	dev = opts->device;
 	if (!dev && !opts->local_addr)
-		dev = getenv("EVR_DEVICE");
+		dev = env.device;
 	if (dev)
 		err = evr__dev_open_by_name(ctx, dev);
 	else if (opts->local_addr)
@@ -152,9 +134,7 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 
 	ctx->mode = opts->mode;
 	ctx->polling = opts->mode == EVR_MODE_POLL;
-	evr__adapt_cfg_from_opts(&acfg, opts);
-	evr__adapt_init(&ctx->adapt, &acfg, evr__loop_ns(ctx));
-	ctx->poll_spin = evr__env_uint("EVR_POLL_SPIN", EVR_POLL_SPIN);
+	evr__adapt_init(&ctx->adapt, &ctx->tune.adapt, evr__loop_ns(ctx));
 
 	evr__loop_start(ctx);
 	if (ctx->verbs) {

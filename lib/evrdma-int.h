@@ -506,6 +506,17 @@ struct evr__hooks {
 	void (*conn_release)(evr_conn *c);
 };
 
+/* What a ctx runs with, resolved from its options and the environment
+ * once, at creation (opts.c). */
+struct evr__tune {
+	struct evr__adapt_cfg adapt;
+	unsigned poll_spin;	/* POLL: empty passes per loop iteration */
+	unsigned reg_cache_max; /* registrations kept after use (mr.c) */
+	/* without a log sink: lines at or below log_stderr - 1 go to
+	 * stderr; 0 (also a zeroed ctx): none */
+	unsigned log_stderr;
+};
+
 /* ---- the context (ctx.c) ---- */
 struct evr_ctx {
 	struct ev_loop *loop;
@@ -537,7 +548,7 @@ struct evr_ctx {
 	bool need_arm;	    /* back to EVENT: arm + re-poll in on_prepare */
 	bool cm_more;	    /* rdma_cm events left for the next iteration */
 	struct evr__adapt adapt;
-	unsigned poll_spin; /* POLL: empty passes per loop iteration */
+	struct evr__tune tune;
 	evr_mode_cb mode_cb;
 	void *mode_arg;
 	struct evr__pool pool;
@@ -581,7 +592,43 @@ static inline void evr__ctx_timer_stop(evr_ctx *ctx, struct evr__timer *t)
 /* Empty CQ poll passes per loop iteration in POLL mode (EVR_POLL_SPIN). */
 #define EVR_POLL_SPIN 64
 int evr__set_nonblock(int fd);
-unsigned evr__env_uint(const char *name, unsigned dflt);
+/* "error"|"warn"|"info"|"debug" (any case; "1": debug, other text: warn)
+ * to a level; NULL or "": -1, no logging. */
+int evr__log_level_parse(const char *s);
+/* A decimal unsigned without sign or blanks; false (out untouched) for
+ * NULL, "" or anything else. */
+bool evr__uint_parse(const char *s, unsigned *out);
+
+/* opts.c: options structs that can grow, and the environment */
+#define EVR__OPTS_MAX_SIZE 4096 /* larger: -E2BIG, surely not a struct */
+/* Copy the caller's options src (first member: its size) into dst, a
+ * struct of the library's dst_size: defaults for what src lacks.  0, or
+ * -EINVAL (size 0 or too small to hold size) or -E2BIG (larger than
+ * EVR__OPTS_MAX_SIZE, or a non-zero byte past dst_size). */
+int evr__opts_copy(void *dst, size_t dst_size, const void *defaults,
+		   const void *src);
+/* evr__opts_copy() that logs a refusal, naming the struct (what). */
+int evr__opts_take(const evr_ctx *ctx, const char *what, void *dst,
+		   size_t dst_size, const void *defaults, const void *src);
+/* The environment a ctx reads, once, in evr_ctx_create(); NULL: unset.
+ * The strings are getenv()'s: use them before returning. */
+struct evr__env {
+	const char *device;	       /* EVR_DEVICE */
+	const char *log;	       /* EVR_LOG */
+	const char *adapt_up_rate;     /* EVR_ADAPT_UP_RATE */
+	const char *adapt_up_batch;    /* EVR_ADAPT_UP_BATCH */
+	const char *adapt_quiet_us;    /* EVR_ADAPT_QUIET_US */
+	const char *adapt_quiet_polls; /* EVR_ADAPT_QUIET_POLLS */
+	const char *poll_spin;	       /* EVR_POLL_SPIN */
+	const char *reg_cache;	       /* EVR_REG_CACHE */
+};
+void evr__env_read(struct evr__env *env);
+/* The precedence: a non-zero option, else the variable if it is a number,
+ * else the default. */
+unsigned evr__opt_pick(unsigned opt, const char *env, unsigned dflt);
+/* Everything a ctx takes from options and environment together. */
+void evr__tune_resolve(struct evr__tune *t, const struct evr_ctx_opts *o,
+		       const struct evr__env *env);
 
 /* dev.c: choosing and opening the device */
 int evr__dev_open_by_name(evr_ctx *ctx, const char *name);

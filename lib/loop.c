@@ -112,7 +112,7 @@ static void on_check(struct ev_loop *loop, ev_check *w, int revents)
 	 * clock reads; poll a while before paying it again, but return to the
 	 * loop as soon as there is work, so nothing else waits long. */
 	n = evr__cq_poll_all(ctx, 256);
-	for (i = 0; n == 0 && i < ctx->poll_spin; i++)
+	for (i = 0; n == 0 && i < ctx->tune.poll_spin; i++)
 		n = evr__cq_poll_all(ctx, 256);
 	if (ctx->mode == EVR_MODE_ADAPTIVE &&
 	    evr__adapt_poll(&ctx->adapt, evr__loop_ns(ctx), n)) {

@@ -9,7 +9,8 @@
  * sends from the same pages share that registration.
  *
  * Keeping registrations after the send (an LRU cache) is opt-in, with
- * EVR_REG_CACHE=N entries: without allocator hooks a cache cannot see a
+ * EVR_REG_CACHE=N entries (read when the ctx is created, kept in
+ * ctx->tune): without allocator hooks a cache cannot see a
  * buffer freed and its address range mapped again, and a stale entry would
  * let the peer read the old pages -- silent corruption.  Cached entries also
  * stay readable by peers that learned their rkey.  The safe zero-cost path
@@ -143,7 +144,7 @@ static void reg_free(struct evr__reg *r)
 
 static void reg_trim(evr_ctx *ctx)
 {
-	unsigned max = evr__env_uint("EVR_REG_CACHE", 0);
+	unsigned max = ctx->tune.reg_cache_max;
 	struct evr__list *pos, *tmp;
 
 	/* the list is in LRU order: oldest first */

@@ -1,9 +1,10 @@
 /*
  * Small shared helpers: logging (one function, levels, off by default),
- * error names and texts, non-blocking fds, environment overrides.
+ * error names and texts, non-blocking fds, parsing environment values.
  */
 #include "evrdma-int.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -12,10 +13,8 @@
 #include <string.h>
 #include <strings.h>
 
-static int env_log_level(void)
+int evr__log_level_parse(const char *s)
 {
-	const char *s = getenv("EVR_LOG");
-
 	if (!s || !*s)
 		return -1;
 	if (!strcasecmp(s, "error"))
@@ -40,7 +39,10 @@ void evr__log(const evr_ctx *ctx, enum evr_log_level lvl, const char *fmt, ...)
 		if (lvl > ctx->o.log_level)
 			return;
 	} else {
-		env = env_log_level();
+		/* a ctx read EVR_LOG once, when created; only the option
+		 * checks of evr_ctx_create() log before there is one */
+		env = ctx ? (int)ctx->tune.log_stderr - 1
+			  : evr__log_level_parse(getenv("EVR_LOG"));
 		if (env < 0 || (int)lvl > env)
 			return;
 	}
@@ -62,19 +64,19 @@ int evr__set_nonblock(int fd)
 	return 0;
 }
 
-unsigned evr__env_uint(const char *name, unsigned dflt)
+bool evr__uint_parse(const char *s, unsigned *out)
 {
-	const char *s = getenv(name);
 	char *end;
 	unsigned long v;
 
-	if (!s || !*s)
-		return dflt;
+	if (!s || !isdigit((unsigned char)*s))
+		return false; /* strtoul would take a sign and blanks */
 	errno = 0;
 	v = strtoul(s, &end, 10);
 	if (errno || *end || v > 0xffffffffu)
-		return dflt;
-	return (unsigned)v;
+		return false;
+	*out = (unsigned)v;
+	return true;
 }
 
 /*
@@ -110,6 +112,9 @@ const char *evr_strerror(int err)
 		return "connection refused (no listener, or rejected by the peer)";
 	case -ENOBUFS:
 		return "send queue full: wait for the drain callback";
+	case -E2BIG:
+		return "options struct sets fields this library does not know "
+		       "(built against a newer evrdma.h)";
 	default:
 		/* strerror() is not thread-safe; the table it reads is. */
 		if (err < 0 && err > -4096) {

@@ -12,9 +12,9 @@
  * hysteresis band never flaps; the switch counter and evr__adapt_force.
  *
  * Every case runs with the configuration a ctx gets from the default
- * options, through the library's own evr__adapt_cfg_from_opts(); the
- * environment overrides it reads are cleared first.  quiet_polls 0 (the
- * time rule alone, EVR_ADAPT_QUIET_POLLS=0) has a case of its own.
+ * options and an empty environment, through the library's own
+ * evr__tune_resolve().  quiet_polls 0 (the time rule alone,
+ * EVR_ADAPT_QUIET_POLLS=0) has a case of its own.
  */
 #include "config.h"
 
@@ -27,8 +27,7 @@
 
 #include <cmocka.h>
 
-#include "adapt.h"
-#include "evrdma.h"
+#include "evrdma-int.h"
 
 #define US	     1000ull
 #define MS	     1000000ull
@@ -39,19 +38,22 @@
 /* What a ctx with the default options runs with, filled in main(). */
 static struct evr__adapt_cfg dflt;
 
-static const char *const env_vars[] = {
-    "EVR_ADAPT_UP_RATE",
-    "EVR_ADAPT_UP_BATCH",
-    "EVR_ADAPT_QUIET_US",
-    "EVR_ADAPT_QUIET_POLLS",
-};
+static void cfg_resolve(struct evr__adapt_cfg *cfg,
+			const struct evr_ctx_opts *o, const struct evr__env *env)
+{
+	struct evr__tune t;
+
+	evr__tune_resolve(&t, o, env);
+	*cfg = t.adapt;
+}
 
 static void cfg_default(struct evr__adapt_cfg *cfg)
 {
+	static const struct evr__env none;
 	struct evr_ctx_opts o;
 
 	evr_ctx_opts_init(&o);
-	evr__adapt_cfg_from_opts(cfg, &o);
+	cfg_resolve(cfg, &o, &none);
 }
 
 /* quiet_polls - 1 empty polls spread over [from, until), none of which
@@ -157,11 +159,13 @@ static uint64_t *steady(double rate, uint64_t dur, unsigned jit_pct, size_t *n)
 	return at;
 }
 
-/* The configuration of a default ctx is the one README documents, and
- * each EVR_ADAPT_* variable overrides its field (a malformed one is
- * ignored). */
+/* The configuration of a default ctx is the one README documents; the
+ * options' thresholds go through, and each EVR_ADAPT_* variable applies to
+ * a threshold the options leave unset (a malformed one is ignored).  The
+ * precedence itself is test_opts's. */
 static void test_defaults(void **state)
 {
+	struct evr__env env = {0};
 	struct evr__adapt_cfg cfg;
 	struct evr_ctx_opts o;
 
@@ -177,28 +181,27 @@ static void test_defaults(void **state)
 	o.adapt_up_rate = 7;
 	o.adapt_up_batch = 8;
 	o.adapt_quiet_us = 9;
-	evr__adapt_cfg_from_opts(&cfg, &o);
+	cfg_resolve(&cfg, &o, &env);
 	assert_int_equal(cfg.up_rate, 7);
 	assert_int_equal(cfg.up_batch, 8);
 	assert_int_equal(cfg.quiet_us, 9);
 	assert_int_equal(cfg.quiet_polls, dflt.quiet_polls);
 
-	/* the environment overrides them */
-	setenv("EVR_ADAPT_UP_RATE", "100", 1);
-	setenv("EVR_ADAPT_UP_BATCH", "200", 1);
-	setenv("EVR_ADAPT_QUIET_US", "300", 1);
-	setenv("EVR_ADAPT_QUIET_POLLS", "0", 1);
-	evr__adapt_cfg_from_opts(&cfg, &o);
+	/* the environment, for thresholds left unset */
+	evr_ctx_opts_init(&o);
+	env.adapt_up_rate = "100";
+	env.adapt_up_batch = "200";
+	env.adapt_quiet_us = "300";
+	env.adapt_quiet_polls = "0";
+	cfg_resolve(&cfg, &o, &env);
 	assert_int_equal(cfg.up_rate, 100);
 	assert_int_equal(cfg.up_batch, 200);
 	assert_int_equal(cfg.quiet_us, 300);
 	assert_int_equal(cfg.quiet_polls, 0);
 	assert_int_equal(cfg.window_us, dflt.window_us);
-	setenv("EVR_ADAPT_QUIET_POLLS", "many", 1);
-	evr__adapt_cfg_from_opts(&cfg, &o);
+	env.adapt_quiet_polls = "many";
+	cfg_resolve(&cfg, &o, &env);
 	assert_int_equal(cfg.quiet_polls, dflt.quiet_polls);
-	for (size_t i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++)
-		unsetenv(env_vars[i]);
 }
 
 static void test_light_load_stays_event(void **state)
@@ -579,8 +582,6 @@ int main(void)
 	    cmocka_unit_test(test_force_resets),
 	};
 
-	for (size_t i = 0; i < sizeof(env_vars) / sizeof(env_vars[0]); i++)
-		unsetenv(env_vars[i]);
 	cfg_default(&dflt);
 	return cmocka_run_group_tests_name("adapt", tests, NULL, NULL);
 }

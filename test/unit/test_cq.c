@@ -451,15 +451,19 @@ static void test_arm_by_mode(void **state)
  * POLL; the CQ stays unarmed and the mode callback fires once. */
 static void test_adaptive_switch_up(void **state)
 {
+	static const struct evr__env env;
 	struct evr__adapt_cfg cfg;
+	struct evr__tune tune;
 	struct evr_ctx_opts o;
 	struct fix *f = *state;
 	struct ibv_wc wc;
 	unsigned first, i;
 
-	/* the configuration of a ctx with the default options */
+	/* the configuration of a ctx with the default options and no
+	 * environment */
 	evr_ctx_opts_init(&o);
-	evr__adapt_cfg_from_opts(&cfg, &o);
+	evr__tune_resolve(&tune, &o, &env);
+	cfg = tune.adapt;
 	assert_int_equal(cfg.quiet_polls, EVR_ADAPT_QUIET_POLLS);
 	f->ctx->mode = EVR_MODE_ADAPTIVE;
 	evr__adapt_init(&f->ctx->adapt, &cfg, evr__loop_ns(f->ctx));
