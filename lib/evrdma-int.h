@@ -19,10 +19,9 @@
 #include "adapt.h"
 #include "credit.h"
 #include "proto.h"
+#include "queue.h"
 #include "verbs.h"
 
-#define evr__container_of(ptr, type, member)                                   \
-	((type *)((char *)(ptr) - offsetof(type, member)))
 #define EVR__MIN(a, b) ((a) < (b) ? (a) : (b))
 #define EVR__MAX(a, b) ((a) > (b) ? (a) : (b))
 #define EVR__CACHELINE 64
@@ -42,36 +41,6 @@
 #ifndef EVR__VG_DEFINED
 #define EVR__VG_DEFINED(p, n) ((void)(p), (void)(n))
 #endif
-
-/* ---- intrusive doubly linked list ---- */
-struct evr__list {
-	struct evr__list *next, *prev;
-};
-
-static inline void evr__list_init(struct evr__list *l)
-{
-	l->next = l->prev = l;
-}
-static inline bool evr__list_empty(const struct evr__list *l)
-{
-	return l->next == l;
-}
-static inline void evr__list_add_tail(struct evr__list *l, struct evr__list *n)
-{
-	n->prev = l->prev;
-	n->next = l;
-	l->prev->next = n;
-	l->prev = n;
-}
-static inline void evr__list_del(struct evr__list *n)
-{
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	n->next = n->prev = n;
-}
-#define evr__list_for_each_safe(pos, tmp, head)                                \
-	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);       \
-	     (pos) = (tmp), (tmp) = (pos)->next)
 
 /* ---- operations: one posted work request each ---- */
 enum evr__op_kind {
