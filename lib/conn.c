@@ -114,8 +114,8 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 		memcpy(c->udata, opts->user_data, c->ulen);
 	}
 	c->recv_depth = ctx->o.recv_depth;
-	evr__opq_init(&c->sendq);
-	evr__opq_init(&c->ctrlq);
+	evr__list_init(&c->sendq);
+	evr__list_init(&c->ctrlq);
 	evr__list_init(&c->work_link);
 	evr__list_init(&c->flush_link);
 	ev_timer_init(&c->timer, on_timer, 0., 0.);
@@ -164,7 +164,7 @@ static void send_wc(struct evr__op *op, const struct ibv_wc *wc)
 		evr__conn_fail(c, evr__wc_conn_errno(wc->status));
 	else if (!evr__conn_open(c))
 		evr__conn_kick(c);
-	if (c->sendq.head || c->ctrlq.head)
+	if (!evr__list_empty(&c->sendq) || !evr__list_empty(&c->ctrlq))
 		evr__conn_dirty(c);
 }
 
@@ -419,9 +419,9 @@ static void fail_queued(evr_conn *c, int status)
 {
 	struct evr__op *op;
 
-	while ((op = evr__opq_pop(&c->ctrlq)))
+	while ((op = evr__list_pop_entry(&c->ctrlq, struct evr__op, link)))
 		op->complete(op, status);
-	while ((op = evr__opq_pop(&c->sendq))) {
+	while ((op = evr__list_pop_entry(&c->sendq, struct evr__op, link))) {
 		c->queued_bytes -= op->qbytes;
 		op->qbytes = 0;
 		op->complete(op, status);
@@ -487,9 +487,12 @@ static void conn_release(evr_conn *c)
  * memory stays until the flush completions come (or the ctx goes). */
 static void orphan_posted(evr_conn *c)
 {
-	struct evr__op *op;
+	struct evr__list *pos;
 
-	for (op = c->sq.posted.head; op; op = op->next) {
+	evr__list_for_each(pos, &c->sq.posted)
+	{
+		struct evr__op *op = evr__list_entry(pos, struct evr__op, link);
+
 		if (op->cb) {
 			evr_op_cb cb = op->cb;
 
@@ -503,12 +506,17 @@ static void orphan_posted(evr_conn *c)
  * peer that keeps sending keeps calling for. */
 static bool sq_busy(const evr_conn *c)
 {
-	const struct evr__op *op;
+	const struct evr__list *pos;
 
-	for (op = c->sq.posted.head; op; op = op->next)
+	evr__list_for_each(pos, &c->sq.posted)
+	{
+		const struct evr__op *op =
+			evr__container_of(pos, struct evr__op, link);
+
 		if (op->kind != EVR_OP_CTRL || op->ctrl_type != EVR_T_CREDIT)
 			return true;
-	return c->sq.batch.n > 0;
+	}
+	return c->sq.nbatch > 0;
 }
 
 static void ctrl_complete(struct evr__op *op, int status)
@@ -575,7 +583,7 @@ static bool queue_bye(evr_conn *c)
 	op = evr__ctrl_op_new(c, EVR_T_BYE);
 	if (!op)
 		return false;
-	evr__opq_push(&c->ctrlq, op);
+	evr__list_add_tail(&c->ctrlq, &op->link);
 	evr__conn_dirty(c);
 	return true;
 }
@@ -586,7 +594,8 @@ static bool queue_bye(evr_conn *c)
  * behind them is dropped at teardown). */
 static bool draining(const evr_conn *c)
 {
-	return c->sendq.n || c->ctrlq.n || sq_busy(c) || c->wait_head;
+	return !evr__list_empty(&c->sendq) || !evr__list_empty(&c->ctrlq) ||
+	       sq_busy(c) || c->wait_head;
 }
 
 /*
@@ -726,7 +735,7 @@ static void on_keepalive(struct ev_loop *loop, ev_timer *w, int revents)
 	op->wr.num_sge = 0;
 	c->probe_sent = now;
 	c->ctx->st.keepalive_probes++;
-	evr__opq_push(&c->ctrlq, op);
+	evr__list_add_tail(&c->ctrlq, &op->link);
 	evr__conn_dirty(c);
 	evr__ctx_progress(c->ctx);
 }
@@ -766,10 +775,11 @@ void evr__conn_flush(evr_conn *c)
 	if (!evr__conn_can_post(c) || !evr__conn_up(c))
 		return;
 
-	while ((op = c->ctrlq.head) && evr__sq_room(&c->sq) > 0) {
+	while ((op = evr__list_first_entry(&c->ctrlq, struct evr__op, link)) &&
+	       evr__sq_room(&c->sq) > 0) {
 		if (op->credit && !evr__credit_can(&c->cr, true))
 			break;
-		evr__opq_pop(&c->ctrlq);
+		evr__list_del(&op->link);
 		err = take_and_prepare(c, op, true);
 		if (err) {
 			op->complete(op, err);
@@ -777,10 +787,11 @@ void evr__conn_flush(evr_conn *c)
 		}
 		evr__sq_add(&c->sq, op);
 	}
-	while ((op = c->sendq.head) && evr__sq_room(&c->sq) > 0) {
+	while ((op = evr__list_first_entry(&c->sendq, struct evr__op, link)) &&
+	       evr__sq_room(&c->sq) > 0) {
 		if (op->credit && !evr__credit_can(&c->cr, false))
 			break;
-		evr__opq_pop(&c->sendq);
+		evr__list_del(&op->link);
 		c->queued_bytes -= op->qbytes;
 		op->qbytes = 0;
 		err = take_and_prepare(c, op, false);

@@ -79,7 +79,10 @@ typedef void (*evr__op_complete_fn)(struct evr__op *op, int status);
 typedef int (*evr__op_prepare_fn)(evr_conn *c, struct evr__op *op);
 
 struct evr__op {
-	struct evr__op *next;	   /* send queue / posted FIFO linkage */
+	/* On one queue at a time: c->sendq or c->ctrlq, then sq->batch, then
+	 * sq->posted; the ctx's free ops; a receive buffer's (evr__buf) on
+	 * the pool's free list, c->repost or c->early. */
+	struct evr__list link;
 	struct evr__op *wait_next; /* rendezvous: waiting for the FIN */
 	evr_conn *conn;
 	evr__op_done_fn done;
@@ -110,41 +113,6 @@ struct evr__op {
 	struct ibv_sge sge;
 };
 
-/* FIFO of ops */
-struct evr__opq {
-	struct evr__op *head, *tail;
-	unsigned n;
-};
-
-static inline void evr__opq_init(struct evr__opq *q)
-{
-	q->head = q->tail = NULL;
-	q->n = 0;
-}
-static inline void evr__opq_push(struct evr__opq *q, struct evr__op *op)
-{
-	op->next = NULL;
-	if (q->tail)
-		q->tail->next = op;
-	else
-		q->head = op;
-	q->tail = op;
-	q->n++;
-}
-static inline struct evr__op *evr__opq_pop(struct evr__opq *q)
-{
-	struct evr__op *op = q->head;
-
-	if (op) {
-		q->head = op->next;
-		if (!q->head)
-			q->tail = NULL;
-		op->next = NULL;
-		q->n--;
-	}
-	return op;
-}
-
 /* ---- send queue of one QP: batching and selective signaling (sq.c) ---- */
 typedef void (*evr__sq_done_fn)(struct evr__op *op, int status);
 
@@ -154,8 +122,9 @@ struct evr__sq {
 	unsigned outstanding; /* posted, not yet known complete */
 	unsigned interval;    /* signal one WR in this many */
 	unsigned unsig_run;   /* unsignaled WRs since the last signaled */
-	struct evr__opq posted; /* posted ops in order */
-	struct evr__opq batch;	/* ops chained, not yet posted */
+	struct evr__list posted; /* posted ops in order (outstanding of them) */
+	struct evr__list batch;	 /* ops chained, not yet posted */
+	unsigned nbatch;	 /* ops on batch */
 	evr__sq_done_fn done;	/* completion of each op, in order */
 	struct evr_stats *st;
 };
@@ -166,7 +135,7 @@ void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
 /* Free slots for new WRs (not counting the open batch). */
 static inline unsigned evr__sq_room(const struct evr__sq *sq)
 {
-	return sq->depth - sq->outstanding - sq->batch.n;
+	return sq->depth - sq->outstanding - sq->nbatch;
 }
 /* Append op (its wr filled in) to the open batch. */
 void evr__sq_add(struct evr__sq *sq, struct evr__op *op);
@@ -373,8 +342,8 @@ struct evr_conn {
 	uint16_t peer_depth;
 	struct evr__credit cr;
 	/* send side */
-	struct evr__opq sendq; /* user ops not yet posted, in order */
-	struct evr__opq ctrlq; /* control messages and rendezvous reads */
+	struct evr__list sendq; /* user ops not yet posted, in order */
+	struct evr__list ctrlq; /* control messages and rendezvous reads */
 	size_t queued_bytes;
 	struct evr__sq sq;
 	struct evr__op *wait_head, *wait_tail; /* rendezvous sends, by id */
@@ -477,7 +446,7 @@ struct evr_ctx {
 	struct evr__hooks hooks;
 	struct evr__list work;	/* conns whose state needs a step */
 	struct evr__list flush; /* conns with something to post */
-	struct evr__op *op_free;
+	struct evr__list op_free; /* ops kept for reuse (runq.c) */
 	unsigned nop_free;
 	struct evr_stats st;
 	unsigned dispatch_depth;

@@ -79,7 +79,7 @@ static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
 	op->credit = true;
 	op->qbytes = len;
 	c->queued_bytes += len;
-	evr__opq_push(&c->sendq, op);
+	evr__list_add_tail(&c->sendq, &op->link);
 	evr__conn_dirty(c);
 	return 0;
 }
@@ -272,7 +272,7 @@ static void rread_done(evr_conn *c, struct evr__op *op, int status)
 		}
 		fin->fin_id = rx->id;
 		fin->fin_status = 0;
-		evr__opq_push(&c->ctrlq, fin);
+		evr__list_add_tail(&c->ctrlq, &fin->link);
 	}
 	rx_start_reads(c);
 	deliver_ready(c);
@@ -452,7 +452,7 @@ static void rx_start_reads(evr_conn *c)
 			op->wr.wr.rdma.remote_addr = rx->raddr + off;
 			op->wr.wr.rdma.rkey = rx->rkey;
 			rx->reads++;
-			evr__opq_push(&c->ctrlq, op);
+			evr__list_add_tail(&c->ctrlq, &op->link);
 		}
 	}
 	evr__conn_dirty(c);

@@ -25,19 +25,22 @@ void evr__runq_init(evr_ctx *ctx)
 {
 	evr__list_init(&ctx->work);
 	evr__list_init(&ctx->flush);
+	evr__list_init(&ctx->op_free);
 }
 
 struct evr__op *evr__op_alloc(evr_ctx *ctx)
 {
-	struct evr__op *op = ctx->op_free;
+	struct evr__op *op =
+		evr__list_pop_entry(&ctx->op_free, struct evr__op, link);
 
 	if (op) {
-		ctx->op_free = op->next;
 		ctx->nop_free--;
 		memset(op, 0, sizeof(*op));
-		return op;
+	} else if (!(op = calloc(1, sizeof(*op)))) {
+		return NULL;
 	}
-	return calloc(1, sizeof(*op));
+	evr__list_init(&op->link);
+	return op;
 }
 
 void evr__op_free(evr_ctx *ctx, struct evr__op *op)
@@ -46,8 +49,7 @@ void evr__op_free(evr_ctx *ctx, struct evr__op *op)
 		free(op);
 		return;
 	}
-	op->next = ctx->op_free;
-	ctx->op_free = op;
+	evr__list_add_head(&ctx->op_free, &op->link); /* the warmest first */
 	ctx->nop_free++;
 }
 
@@ -55,10 +57,8 @@ void evr__op_free_all(evr_ctx *ctx)
 {
 	struct evr__op *op;
 
-	while ((op = ctx->op_free)) {
-		ctx->op_free = op->next;
+	while ((op = evr__list_pop_entry(&ctx->op_free, struct evr__op, link)))
 		free(op);
-	}
 	ctx->nop_free = 0;
 }
 

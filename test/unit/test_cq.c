@@ -643,13 +643,9 @@ static int pe_teardown(void **state)
 {
 	struct pe *p = *state;
 	evr_ctx *ctx = p->ctx;
-	struct evr__op *op;
 
 	evr__cq_destroy_all(ctx); /* frees the CQs */
-	while ((op = ctx->op_free)) {
-		ctx->op_free = op->next;
-		free(op);
-	}
+	evr__op_free_all(ctx);
 	ev_loop_destroy(ctx->loop);
 	free(ctx);
 	free(p);
@@ -675,7 +671,7 @@ static unsigned pe_op(struct pe *p, int i, bool post)
 		assert_int_equal(evr__sq_commit(&pc->c->sq), 0);
 	} else {
 		assert_int_equal(evr__sq_room(&pc->c->sq), 0);
-		evr__opq_push(&pc->c->sendq, op);
+		evr__list_add_tail(&pc->c->sendq, &op->link);
 	}
 	return k;
 }
