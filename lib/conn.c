@@ -116,6 +116,7 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 	c->recv_depth = ctx->o.recv_depth;
 	evr__list_init(&c->sendq);
 	evr__list_init(&c->ctrlq);
+	evr__list_init(&c->rndv_wait);
 	evr__list_init(&c->work_link);
 	evr__list_init(&c->flush_link);
 	ev_timer_init(&c->timer, on_timer, 0., 0.);
@@ -595,7 +596,7 @@ static bool queue_bye(evr_conn *c)
 static bool draining(const evr_conn *c)
 {
 	return !evr__list_empty(&c->sendq) || !evr__list_empty(&c->ctrlq) ||
-	       sq_busy(c) || c->wait_head;
+	       sq_busy(c) || !evr__list_empty(&c->rndv_wait);
 }
 
 /*

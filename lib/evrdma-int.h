@@ -83,7 +83,7 @@ struct evr__op {
 	 * sq->posted; the ctx's free ops; a receive buffer's (evr__buf) on
 	 * the pool's free list, c->repost or c->early. */
 	struct evr__list link;
-	struct evr__op *wait_next; /* rendezvous: waiting for the FIN */
+	struct evr__list wait_link; /* RNDV: on c->rndv_wait until the FIN */
 	evr_conn *conn;
 	evr__op_done_fn done;
 	evr__op_complete_fn complete;
@@ -346,7 +346,7 @@ struct evr_conn {
 	struct evr__list ctrlq; /* control messages and rendezvous reads */
 	size_t queued_bytes;
 	struct evr__sq sq;
-	struct evr__op *wait_head, *wait_tail; /* rendezvous sends, by id */
+	struct evr__list rndv_wait; /* rendezvous sends awaiting FIN, by id */
 	uint32_t next_rndv_id;
 	uint32_t expect_fin_id;
 	/* receive side */

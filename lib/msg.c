@@ -198,12 +198,7 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 				 ctx->max_inline);
 			/* done when both the send and the FIN completed */
 			op->pending = 2;
-			op->wait_next = NULL;
-			if (c->wait_tail)
-				c->wait_tail->wait_next = op;
-			else
-				c->wait_head = op;
-			c->wait_tail = op;
+			evr__list_add_tail(&c->rndv_wait, &op->wait_link);
 			return 0;
 		}
 	default:
@@ -319,10 +314,8 @@ static void rndv_fail_waiting(evr_conn *c, int status)
 {
 	struct evr__op *op;
 
-	while ((op = c->wait_head)) {
-		c->wait_head = op->wait_next;
-		if (!c->wait_head)
-			c->wait_tail = NULL;
+	while ((op = evr__list_pop_entry(&c->rndv_wait, struct evr__op,
+					 wait_link))) {
 		if (!op->status)
 			op->status = status;
 		if (--op->pending == 0)
@@ -559,16 +552,15 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		rx_start_reads(c);
 		return;
 	case EVR_T_RNDV_FIN: {
-		struct evr__op *op = c->wait_head;
+		struct evr__op *op = evr__list_first_entry(
+			&c->rndv_wait, struct evr__op, wait_link);
 
 		repost(c, b);
 		if (!op || op->rndv_id != p.fin_id) {
 			proto_error(c, "rendezvous finish for an unknown id");
 			return;
 		}
-		c->wait_head = op->wait_next;
-		if (!c->wait_head)
-			c->wait_tail = NULL;
+		evr__list_del(&op->wait_link);
 		if (p.fin_status && !op->status)
 			op->status = p.fin_status;
 		if (--op->pending == 0)

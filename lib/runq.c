@@ -40,6 +40,7 @@ struct evr__op *evr__op_alloc(evr_ctx *ctx)
 		return NULL;
 	}
 	evr__list_init(&op->link);
+	evr__list_init(&op->wait_link);
 	return op;
 }
 

@@ -173,6 +173,9 @@ static int setup(void **state)
 	f->conn->ctx = ctx;
 	evr__list_init(&f->conn->work_link);
 	evr__list_init(&f->conn->flush_link);
+	evr__list_init(&f->conn->sendq);
+	evr__list_init(&f->conn->ctrlq);
+	evr__list_init(&f->conn->rndv_wait);
 	f->conn->state = EVR_CS_ESTABLISHED;
 	f->conn->cq = f->cq;
 	evr__sq_init(&f->conn->sq, FAKE_QP, NOPS, 1, on_done, &ctx->st);
