@@ -117,6 +117,7 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 	evr__list_init(&c->sendq);
 	evr__list_init(&c->ctrlq);
 	evr__list_init(&c->rndv_wait);
+	evr__list_init(&c->rxq);
 	evr__list_init(&c->work_link);
 	evr__list_init(&c->flush_link);
 	ev_timer_init(&c->timer, on_timer, 0., 0.);

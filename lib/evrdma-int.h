@@ -288,7 +288,7 @@ enum evr__cm_kind { EVR_CM_CONN = 1, EVR_CM_LISTENER = 2 };
 
 /* A message waiting for in-order delivery behind a rendezvous read. */
 struct evr__rx {
-	struct evr__rx *next;
+	struct evr__list link; /* on c->rxq */
 	bool rndv;
 	bool ready;
 	int status;
@@ -354,7 +354,7 @@ struct evr_conn {
 	unsigned recv_posted;
 	struct evr__buf *repost; /* buffers to post again */
 	unsigned nrepost;
-	struct evr__rx *rx_head, *rx_tail; /* in-order delivery queue */
+	struct evr__list rxq;		   /* in-order delivery queue */
 	evr_msg *cur_msg;		   /* message in on_recv */
 	evr_msg *cur_held;		   /* its held copy, if taken */
 	struct evr__buf *early, *early_tail; /* receives before established */

@@ -375,14 +375,17 @@ static void deliver(evr_conn *c, struct evr__buf *b, struct evr__rbuf *rb,
 	evr__rbuf_put(&c->ctx->pool, rb);
 }
 
+static struct evr__rx *rx_first(evr_conn *c)
+{
+	return evr__list_first_entry(&c->rxq, struct evr__rx, link);
+}
+
 static void deliver_ready(evr_conn *c)
 {
 	struct evr__rx *rx;
 
-	while ((rx = c->rx_head) && rx->ready) {
-		c->rx_head = rx->next;
-		if (!c->rx_head)
-			c->rx_tail = NULL;
+	while ((rx = rx_first(c)) && rx->ready) {
+		evr__list_del(&rx->link);
 		if (rx->rndv)
 			deliver(c, NULL, rx->rb, rx->rb->mem, rx->len);
 		else
@@ -393,12 +396,7 @@ static void deliver_ready(evr_conn *c)
 
 static void rx_push(evr_conn *c, struct evr__rx *rx)
 {
-	rx->next = NULL;
-	if (c->rx_tail)
-		c->rx_tail->next = rx;
-	else
-		c->rx_head = rx;
-	c->rx_tail = rx;
+	evr__list_add_tail(&c->rxq, &rx->link);
 }
 
 /* Start the reads of queued rendezvous messages, EVR_RNDV_ACTIVE at most. */
@@ -412,8 +410,9 @@ static void rx_start_reads(evr_conn *c)
 	 * keeps sending must not hold a graceful close open. */
 	if (!evr__conn_open(c))
 		return;
-	for (rx = c->rx_head; rx && c->rndv_active < EVR_RNDV_ACTIVE;
-	     rx = rx->next) {
+	for (rx = rx_first(c); rx && c->rndv_active < EVR_RNDV_ACTIVE;
+	     rx = evr__list_entry(evr__list_next(&c->rxq, &rx->link),
+				  struct evr__rx, link)) {
 		size_t off;
 
 		if (!rx->rndv || rx->started)
@@ -455,12 +454,10 @@ static void rx_free_all(evr_conn *c)
 {
 	struct evr__rx *rx;
 
-	while ((rx = c->rx_head)) {
+	while ((rx = rx_first(c))) {
 		if (rx->rndv && rx->reads > 0)
 			break; /* reads still posted: freed when they flush */
-		c->rx_head = rx->next;
-		if (!c->rx_head)
-			c->rx_tail = NULL;
+		evr__list_del(&rx->link);
 		evr__rbuf_put(&c->ctx->pool, rx->rb);
 		if (rx->buf)
 			evr__pool_put(&c->ctx->pool, rx->buf);
@@ -520,7 +517,7 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		repost(c, b);
 		return;
 	case EVR_T_EAGER:
-		if (!c->rx_head) {
+		if (evr__list_empty(&c->rxq)) {
 			deliver(c, b, NULL, p.payload, p.hdr.len);
 			return;
 		}

@@ -176,6 +176,7 @@ static int setup(void **state)
 	evr__list_init(&f->conn->sendq);
 	evr__list_init(&f->conn->ctrlq);
 	evr__list_init(&f->conn->rndv_wait);
+	evr__list_init(&f->conn->rxq);
 	f->conn->state = EVR_CS_ESTABLISHED;
 	f->conn->cq = f->cq;
 	evr__sq_init(&f->conn->sq, FAKE_QP, NOPS, 1, on_done, &ctx->st);
