@@ -118,6 +118,8 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 	evr__list_init(&c->ctrlq);
 	evr__list_init(&c->rndv_wait);
 	evr__list_init(&c->rxq);
+	evr__list_init(&c->repost);
+	evr__list_init(&c->early);
 	evr__list_init(&c->work_link);
 	evr__list_init(&c->flush_link);
 	ev_timer_init(&c->timer, on_timer, 0., 0.);
@@ -202,17 +204,14 @@ static void post_recvs(evr_conn *c, bool announce)
 	unsigned n = 0;
 	int rc;
 
-	while (c->repost) {
-		struct evr__buf *b = c->repost;
+	while (!evr__list_empty(&c->repost)) {
+		struct evr__buf *b;
 
 		if (!evr__conn_can_post(c)) {
-			c->repost = b->next_free;
-			evr__pool_put(&c->ctx->pool, b);
+			evr__pool_put(&c->ctx->pool, evr__buf_pop(&c->repost));
 			continue;
 		}
-		for (n = 0; n < 64 && c->repost; n++) {
-			b = c->repost;
-			c->repost = b->next_free;
+		for (n = 0; n < 64 && (b = evr__buf_pop(&c->repost)); n++) {
 			b->op.conn = c;
 			b->op.kind = EVR_OP_RECV;
 			b->op.done = c->ctx->hooks.recv_done;
@@ -222,8 +221,9 @@ static void post_recvs(evr_conn *c, bool announce)
 			wrs[n].wr_id = (uintptr_t)&b->op;
 			wrs[n].sg_list = &sges[n];
 			wrs[n].num_sge = 1;
-			wrs[n].next = c->repost && n + 1 < 64 ? &wrs[n + 1]
-							       : NULL;
+			wrs[n].next = !evr__list_empty(&c->repost) && n + 1 < 64
+					      ? &wrs[n + 1]
+					      : NULL;
 		}
 		rc = evr__post_recv(c->qp, wrs, &bad);
 		if (rc) {
@@ -293,8 +293,7 @@ int evr__conn_setup_qp(evr_conn *c)
 
 		if (!b)
 			return -ENOMEM; /* teardown returns what was taken */
-		b->next_free = c->repost;
-		c->repost = b;
+		evr__list_add_head(&c->repost, evr__buf_link(b));
 	}
 	post_recvs(c, false);
 	return c->state == EVR_CS_FAILED ? c->error : 0;
@@ -304,11 +303,7 @@ static void parked_process(evr_conn *c)
 {
 	struct evr__buf *b;
 
-	while ((b = c->early)) {
-		c->early = b->next_free;
-		if (!c->early)
-			c->early_tail = NULL;
-		b->next_free = NULL;
+	while ((b = evr__buf_pop(&c->early))) {
 		if (evr__conn_up(c)) {
 			struct ibv_wc wc;
 
@@ -470,14 +465,10 @@ static void conn_release(evr_conn *c)
 		rdma_destroy_id(c->id);
 		c->id = NULL;
 	}
-	while ((b = c->repost)) {
-		c->repost = b->next_free;
+	while ((b = evr__buf_pop(&c->repost)))
 		evr__pool_put(&ctx->pool, b);
-	}
-	while ((b = c->early)) {
-		c->early = b->next_free;
+	while ((b = evr__buf_pop(&c->early)))
 		evr__pool_put(&ctx->pool, b);
-	}
 	ctx->hooks.conn_release(c);
 	evr__runq_forget(c);
 	evr__list_del(&c->link);
@@ -641,7 +632,7 @@ void evr__conn_step(evr_conn *c)
 	}
 
 	fail_queued(c, c->error ? c->error : -ECANCELED);
-	if (c->repost)
+	if (!evr__list_empty(&c->repost))
 		post_recvs(c, true); /* back to the pool: QP in error */
 	if (c->sq.outstanding || c->recv_posted)
 		return; /* their flushes kick us */
@@ -772,7 +763,7 @@ void evr__conn_flush(evr_conn *c)
 	struct evr__op *op;
 	int err;
 
-	if (c->repost)
+	if (!evr__list_empty(&c->repost))
 		post_recvs(c, true);
 	if (!evr__conn_can_post(c) || !evr__conn_up(c))
 		return;

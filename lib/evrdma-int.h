@@ -150,9 +150,12 @@ void evr__sq_complete(struct evr__sq *sq, struct evr__op *op, int status);
 void evr__sq_abandon(struct evr__sq *sq, int status);
 
 /* ---- registered buffer pool (pool.c) ---- */
+/* A buffer's queue link is op.link (evr__buf_link): its op is a receive,
+ * which is never on a send queue, so the link is free for the buffer's own
+ * queues -- the pool's free list, c->repost, c->early -- and a buffer is
+ * on one of them at most. */
 struct evr__buf {
 	struct evr__op op; /* receive: wr_id points here */
-	struct evr__buf *next_free;
 	uint8_t *data;
 	uint32_t lkey;
 	uint32_t size;
@@ -161,6 +164,10 @@ struct evr__buf {
 	uint32_t imm;
 	uint8_t opcode;
 };
+
+#define evr__buf_link(b) (&(b)->op.link)
+#define evr__buf_pop(q)                                                        \
+	evr__list_pop_entry((q), struct evr__buf, op.link)
 
 /* A registered buffer that a rendezvous message is read into.  Freed ones
  * are kept per power-of-two size class (EVR_RBUF_MIN_SHIFT ..
@@ -182,7 +189,7 @@ struct evr__pool {
 	struct ibv_pd *pd;
 	uint32_t buf_size;
 	unsigned per_chunk;
-	struct evr__buf *free;
+	struct evr__list free; /* of evr__buf, the last put first */
 	struct evr__list chunks;
 	unsigned total, nfree;
 	struct evr__rbuf *rfree[EVR_RBUF_CLASSES];
@@ -352,12 +359,12 @@ struct evr_conn {
 	/* receive side */
 	unsigned recv_depth;
 	unsigned recv_posted;
-	struct evr__buf *repost; /* buffers to post again */
+	struct evr__list repost; /* buffers to post again (evr__buf) */
 	unsigned nrepost;
 	struct evr__list rxq;		   /* in-order delivery queue */
 	evr_msg *cur_msg;		   /* message in on_recv */
 	evr_msg *cur_held;		   /* its held copy, if taken */
-	struct evr__buf *early, *early_tail; /* receives before established */
+	struct evr__list early;		   /* receives before established */
 	unsigned rndv_active;		   /* rendezvous reads running */
 	bool peer_bye;	     /* the peer's BYE arrived: it closes gracefully */
 	uint8_t udata[EVR_MAX_USER_DATA]; /* connect request user bytes */

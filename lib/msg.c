@@ -331,8 +331,7 @@ static void repost(evr_conn *c, struct evr__buf *b)
 		evr__pool_put(&c->ctx->pool, b);
 		return;
 	}
-	b->next_free = c->repost;
-	c->repost = b;
+	evr__list_add_head(&c->repost, evr__buf_link(b));
 	c->nrepost++;
 	evr__conn_dirty(c);
 }
@@ -606,12 +605,7 @@ void evr__msg_recv_done(struct evr__op *op, const struct ibv_wc *wc)
 		b->byte_len = wc->byte_len;
 		b->opcode = (uint8_t)wc->opcode;
 		b->imm = wc->imm_data;
-		b->next_free = NULL;
-		if (c->early_tail)
-			c->early_tail->next_free = b;
-		else
-			c->early = b;
-		c->early_tail = b;
+		evr__list_add_tail(&c->early, evr__buf_link(b));
 		return;
 	}
 	process_recv(c, b, wc);

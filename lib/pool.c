@@ -25,6 +25,7 @@ int evr__pool_init(struct evr__pool *p, struct ibv_pd *pd, uint32_t buf_size,
 	p->pd = pd;
 	p->buf_size = (buf_size + EVR__CACHELINE - 1) & ~(EVR__CACHELINE - 1u);
 	p->per_chunk = per_chunk ? per_chunk : 256;
+	evr__list_init(&p->free);
 	evr__list_init(&p->chunks);
 	return 0;
 }
@@ -53,8 +54,7 @@ static int pool_grow(struct evr__pool *p)
 		b->lkey = c->mr->lkey;
 		b->size = p->buf_size;
 		b->op.kind = EVR_OP_RECV;
-		b->next_free = p->free;
-		p->free = b;
+		evr__list_add_head(&p->free, evr__buf_link(b));
 	}
 	p->total += p->per_chunk;
 	p->nfree += p->per_chunk;
@@ -74,11 +74,9 @@ struct evr__buf *evr__pool_get(struct evr__pool *p)
 {
 	struct evr__buf *b;
 
-	if (!p->free && pool_grow(p) < 0)
+	if (evr__list_empty(&p->free) && pool_grow(p) < 0)
 		return NULL;
-	b = p->free;
-	p->free = b->next_free;
-	b->next_free = NULL;
+	b = evr__buf_pop(&p->free);
 	p->nfree--;
 	return b;
 }
@@ -86,8 +84,7 @@ struct evr__buf *evr__pool_get(struct evr__pool *p)
 void evr__pool_put(struct evr__pool *p, struct evr__buf *b)
 {
 	b->op.conn = NULL;
-	b->next_free = p->free;
-	p->free = b;
+	evr__list_add_head(&p->free, evr__buf_link(b)); /* the warmest first */
 	p->nfree++;
 }
 
@@ -179,6 +176,6 @@ void evr__pool_fini(struct evr__pool *p)
 		free(c);
 	}
 	evr__list_init(&p->chunks);
-	p->free = NULL;
+	evr__list_init(&p->free);
 	p->total = p->nfree = 0;
 }

@@ -121,6 +121,7 @@ static evr_ctx *ctx_new(void)
 	evr__list_init(&ctx->zombies);
 	evr__list_init(&ctx->held);
 	evr__runq_init(ctx);
+	evr__pool_init(&ctx->pool, NULL, 64, 1); /* empty: grows on demand */
 	evr__ctx_hooks_init(ctx); /* as evr_ctx_create does */
 	ctx->loop = ev_loop_new(0);
 	if (!ctx->loop) {
@@ -177,6 +178,8 @@ static int setup(void **state)
 	evr__list_init(&f->conn->ctrlq);
 	evr__list_init(&f->conn->rndv_wait);
 	evr__list_init(&f->conn->rxq);
+	evr__list_init(&f->conn->repost);
+	evr__list_init(&f->conn->early);
 	f->conn->state = EVR_CS_ESTABLISHED;
 	f->conn->cq = f->cq;
 	evr__sq_init(&f->conn->sq, FAKE_QP, NOPS, 1, on_done, &ctx->st);
