@@ -178,7 +178,7 @@ struct evr__buf {
 #define EVR_RBUF_CLASSES (EVR_RBUF_MAX_SHIFT - EVR_RBUF_MIN_SHIFT + 1)
 #define EVR_RBUF_CACHE_BYTES ((size_t)32 << 20)
 struct evr__rbuf {
-	struct evr__rbuf *next;
+	struct evr__list link; /* on its class's free list when cached */
 	struct ibv_mr *mr;
 	uint8_t *mem;
 	size_t cap;
@@ -192,7 +192,7 @@ struct evr__pool {
 	struct evr__list free; /* of evr__buf, the last put first */
 	struct evr__list chunks;
 	unsigned total, nfree;
-	struct evr__rbuf *rfree[EVR_RBUF_CLASSES];
+	struct evr__list rfree[EVR_RBUF_CLASSES]; /* of evr__rbuf */
 	size_t rfree_bytes;
 };
 

@@ -21,12 +21,16 @@ struct evr__chunk {
 int evr__pool_init(struct evr__pool *p, struct ibv_pd *pd, uint32_t buf_size,
 		   unsigned per_chunk)
 {
+	int i;
+
 	memset(p, 0, sizeof(*p));
 	p->pd = pd;
 	p->buf_size = (buf_size + EVR__CACHELINE - 1) & ~(EVR__CACHELINE - 1u);
 	p->per_chunk = per_chunk ? per_chunk : 256;
 	evr__list_init(&p->free);
 	evr__list_init(&p->chunks);
+	for (i = 0; i < EVR_RBUF_CLASSES; i++)
+		evr__list_init(&p->rfree[i]);
 	return 0;
 }
 
@@ -111,10 +115,9 @@ struct evr__rbuf *evr__rbuf_get(struct evr__pool *p, size_t len)
 	int cls = rbuf_class(len);
 	struct evr__rbuf *rb;
 
-	if (cls >= 0 && (rb = p->rfree[cls])) {
-		p->rfree[cls] = rb->next;
+	if (cls >= 0 && (rb = evr__list_pop_entry(&p->rfree[cls],
+						  struct evr__rbuf, link))) {
 		p->rfree_bytes -= rb->cap;
-		rb->next = NULL;
 		return rb;
 	}
 	rb = calloc(1, sizeof(*rb));
@@ -146,8 +149,7 @@ void evr__rbuf_put(struct evr__pool *p, struct evr__rbuf *rb)
 		rbuf_free(rb);
 		return;
 	}
-	rb->next = p->rfree[rb->cls];
-	p->rfree[rb->cls] = rb;
+	evr__list_add_head(&p->rfree[rb->cls], &rb->link);
 	p->rfree_bytes += rb->cap;
 }
 
@@ -158,10 +160,9 @@ void evr__pool_fini(struct evr__pool *p)
 	int i;
 
 	for (i = 0; i < EVR_RBUF_CLASSES; i++) {
-		while ((rb = p->rfree[i])) {
-			p->rfree[i] = rb->next;
+		while ((rb = evr__list_pop_entry(&p->rfree[i], struct evr__rbuf,
+						 link)))
 			rbuf_free(rb);
-		}
 	}
 	p->rfree_bytes = 0;
 
