@@ -97,20 +97,14 @@ void evr__ctx_progress(evr_ctx *ctx)
 		return;
 	ctx->dispatch_depth++;
 	for (round = 0; round < 64 && evr__runq_busy(ctx); round++) {
-		while (!evr__list_empty(&ctx->flush)) {
-			evr_conn *c = evr__container_of(ctx->flush.next,
-							evr_conn, flush_link);
+		evr_conn *c;
 
-			evr__list_del(&c->flush_link);
+		while ((c = evr__list_pop_entry(&ctx->flush, evr_conn,
+						flush_link)))
 			ctx->hooks.conn_flush(c);
-		}
-		while (!evr__list_empty(&ctx->work)) {
-			evr_conn *c = evr__container_of(ctx->work.next,
-							evr_conn, work_link);
-
-			evr__list_del(&c->work_link);
+		while ((c = evr__list_pop_entry(&ctx->work, evr_conn,
+						work_link)))
 			ctx->hooks.conn_step(c); /* may free c */
-		}
 	}
 	ctx->dispatch_depth--;
 }
