@@ -114,8 +114,12 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 		memcpy(c->udata, opts->user_data, c->ulen);
 	}
 	c->recv_depth = ctx->o.recv_depth;
-	evr__opq_init(&c->sendq);
-	evr__opq_init(&c->ctrlq);
+	evr__list_init(&c->sendq);
+	evr__list_init(&c->ctrlq);
+	evr__list_init(&c->rndv_wait);
+	evr__list_init(&c->rxq);
+	evr__list_init(&c->repost);
+	evr__list_init(&c->early);
 	evr__list_init(&c->work_link);
 	evr__list_init(&c->flush_link);
 	evr__timer_init(&c->timer, on_timer);
@@ -164,7 +168,7 @@ static void send_wc(struct evr__op *op, const struct ibv_wc *wc)
 		evr__conn_fail(c, evr__wc_conn_errno(wc->status));
 	else if (!evr__conn_open(c))
 		evr__conn_kick(c);
-	if (c->sendq.head || c->ctrlq.head)
+	if (!evr__list_empty(&c->sendq) || !evr__list_empty(&c->ctrlq))
 		evr__conn_dirty(c);
 }
 
@@ -197,17 +201,14 @@ static void post_recvs(evr_conn *c, bool announce)
 	unsigned n = 0;
 	int rc;
 
-	while (c->repost) {
-		struct evr__buf *b = c->repost;
+	while (!evr__list_empty(&c->repost)) {
+		struct evr__buf *b;
 
 		if (!evr__conn_can_post(c)) {
-			c->repost = b->next_free;
-			evr__pool_put(&c->ctx->pool, b);
+			evr__pool_put(&c->ctx->pool, evr__buf_pop(&c->repost));
 			continue;
 		}
-		for (n = 0; n < 64 && c->repost; n++) {
-			b = c->repost;
-			c->repost = b->next_free;
+		for (n = 0; n < 64 && (b = evr__buf_pop(&c->repost)); n++) {
 			b->op.conn = c;
 			b->op.kind = EVR_OP_RECV;
 			b->op.done = c->ctx->hooks.recv_done;
@@ -217,8 +218,9 @@ static void post_recvs(evr_conn *c, bool announce)
 			wrs[n].wr_id = (uintptr_t)&b->op;
 			wrs[n].sg_list = &sges[n];
 			wrs[n].num_sge = 1;
-			wrs[n].next = c->repost && n + 1 < 64 ? &wrs[n + 1]
-							       : NULL;
+			wrs[n].next = !evr__list_empty(&c->repost) && n + 1 < 64
+					      ? &wrs[n + 1]
+					      : NULL;
 		}
 		rc = evr__post_recv(c->qp, wrs, &bad);
 		if (rc) {
@@ -288,8 +290,7 @@ int evr__conn_setup_qp(evr_conn *c)
 
 		if (!b)
 			return -ENOMEM; /* teardown returns what was taken */
-		b->next_free = c->repost;
-		c->repost = b;
+		evr__list_add_head(&c->repost, evr__buf_link(b));
 	}
 	post_recvs(c, false);
 	return c->state == EVR_CS_FAILED ? c->error : 0;
@@ -299,11 +300,7 @@ static void parked_process(evr_conn *c)
 {
 	struct evr__buf *b;
 
-	while ((b = c->early)) {
-		c->early = b->next_free;
-		if (!c->early)
-			c->early_tail = NULL;
-		b->next_free = NULL;
+	while ((b = evr__buf_pop(&c->early))) {
 		if (evr__conn_up(c)) {
 			struct ibv_wc wc;
 
@@ -415,9 +412,9 @@ static void fail_queued(evr_conn *c, int status)
 {
 	struct evr__op *op;
 
-	while ((op = evr__opq_pop(&c->ctrlq)))
+	while ((op = evr__list_pop_entry(&c->ctrlq, struct evr__op, link)))
 		op->complete(op, status);
-	while ((op = evr__opq_pop(&c->sendq))) {
+	while ((op = evr__list_pop_entry(&c->sendq, struct evr__op, link))) {
 		c->queued_bytes -= op->qbytes;
 		op->qbytes = 0;
 		op->complete(op, status);
@@ -464,14 +461,10 @@ static void conn_release(evr_conn *c)
 		rdma_destroy_id(c->id);
 		c->id = NULL;
 	}
-	while ((b = c->repost)) {
-		c->repost = b->next_free;
+	while ((b = evr__buf_pop(&c->repost)))
 		evr__pool_put(&ctx->pool, b);
-	}
-	while ((b = c->early)) {
-		c->early = b->next_free;
+	while ((b = evr__buf_pop(&c->early)))
 		evr__pool_put(&ctx->pool, b);
-	}
 	ctx->hooks.conn_release(c);
 	evr__runq_forget(c);
 	evr__list_del(&c->link);
@@ -484,9 +477,12 @@ static void conn_release(evr_conn *c)
  * memory stays until the flush completions come (or the ctx goes). */
 static void orphan_posted(evr_conn *c)
 {
-	struct evr__op *op;
+	struct evr__list *pos;
 
-	for (op = c->sq.posted.head; op; op = op->next) {
+	evr__list_for_each(pos, &c->sq.posted)
+	{
+		struct evr__op *op = evr__list_entry(pos, struct evr__op, link);
+
 		if (op->cb) {
 			evr_op_cb cb = op->cb;
 
@@ -500,12 +496,17 @@ static void orphan_posted(evr_conn *c)
  * peer that keeps sending keeps calling for. */
 static bool sq_busy(const evr_conn *c)
 {
-	const struct evr__op *op;
+	const struct evr__list *pos;
 
-	for (op = c->sq.posted.head; op; op = op->next)
+	evr__list_for_each(pos, &c->sq.posted)
+	{
+		const struct evr__op *op =
+			evr__container_of(pos, struct evr__op, link);
+
 		if (op->kind != EVR_OP_CTRL || op->ctrl_type != EVR_T_CREDIT)
 			return true;
-	return c->sq.batch.n > 0;
+	}
+	return c->sq.nbatch > 0;
 }
 
 static void ctrl_complete(struct evr__op *op, int status)
@@ -565,7 +566,7 @@ static bool queue_bye(evr_conn *c)
 	op = evr__ctrl_op_new(c, EVR_T_BYE);
 	if (!op)
 		return false;
-	evr__opq_push(&c->ctrlq, op);
+	evr__list_add_tail(&c->ctrlq, &op->link);
 	evr__conn_dirty(c);
 	return true;
 }
@@ -576,7 +577,8 @@ static bool queue_bye(evr_conn *c)
  * behind them is dropped at teardown). */
 static bool draining(const evr_conn *c)
 {
-	return c->sendq.n || c->ctrlq.n || sq_busy(c) || c->wait_head;
+	return !evr__list_empty(&c->sendq) || !evr__list_empty(&c->ctrlq) ||
+	       sq_busy(c) || !evr__list_empty(&c->rndv_wait);
 }
 
 /*
@@ -620,7 +622,7 @@ void evr__conn_step(evr_conn *c)
 	}
 
 	fail_queued(c, c->error ? c->error : -ECANCELED);
-	if (c->repost)
+	if (!evr__list_empty(&c->repost))
 		post_recvs(c, true); /* back to the pool: QP in error */
 	if (c->sq.outstanding || c->recv_posted)
 		return; /* their flushes kick us */
@@ -712,7 +714,7 @@ static void on_keepalive(struct evr__timer *t)
 	op->wr.num_sge = 0;
 	c->probe_sent = now;
 	c->ctx->st.keepalive_probes++;
-	evr__opq_push(&c->ctrlq, op);
+	evr__list_add_tail(&c->ctrlq, &op->link);
 	evr__conn_dirty(c);
 	evr__ctx_progress(c->ctx);
 }
@@ -747,15 +749,16 @@ void evr__conn_flush(evr_conn *c)
 	struct evr__op *op;
 	int err;
 
-	if (c->repost)
+	if (!evr__list_empty(&c->repost))
 		post_recvs(c, true);
 	if (!evr__conn_can_post(c) || !evr__conn_up(c))
 		return;
 
-	while ((op = c->ctrlq.head) && evr__sq_room(&c->sq) > 0) {
+	while ((op = evr__list_first_entry(&c->ctrlq, struct evr__op, link)) &&
+	       evr__sq_room(&c->sq) > 0) {
 		if (op->credit && !evr__credit_can(&c->cr, true))
 			break;
-		evr__opq_pop(&c->ctrlq);
+		evr__list_del(&op->link);
 		err = take_and_prepare(c, op, true);
 		if (err) {
 			op->complete(op, err);
@@ -763,10 +766,11 @@ void evr__conn_flush(evr_conn *c)
 		}
 		evr__sq_add(&c->sq, op);
 	}
-	while ((op = c->sendq.head) && evr__sq_room(&c->sq) > 0) {
+	while ((op = evr__list_first_entry(&c->sendq, struct evr__op, link)) &&
+	       evr__sq_room(&c->sq) > 0) {
 		if (op->credit && !evr__credit_can(&c->cr, false))
 			break;
-		evr__opq_pop(&c->sendq);
+		evr__list_del(&op->link);
 		c->queued_bytes -= op->qbytes;
 		op->qbytes = 0;
 		err = take_and_prepare(c, op, false);

@@ -235,7 +235,8 @@ struct evr__cq *evr__cq_find(evr_ctx *ctx, const struct ibv_cq *ibcq)
 {
 	struct evr__list *pos;
 
-	for (pos = ctx->cqs.next; pos != &ctx->cqs; pos = pos->next) {
+	evr__list_for_each(pos, &ctx->cqs)
+	{
 		struct evr__cq *c = evr__container_of(pos, struct evr__cq,
 						      link);
 

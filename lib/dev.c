@@ -142,15 +142,17 @@ int evr__dev_bind(evr_ctx *ctx, struct ibv_context *verbs)
 	ctx->pd = ibv_alloc_pd(ctx->verbs);
 	if (!ctx->pd)
 		return errno ? -errno : -ENOMEM;
+	/* at once: a ctx with a pd has a pool (its lists), which ctx_free
+	 * empties even if the rest of the binding fails */
+	err = evr__pool_init(&ctx->pool, ctx->pd,
+			     EVR_HDR_SIZE + ctx->max_eager, 0);
+	if (err)
+		return err;
 	ctx->ch = ibv_create_comp_channel(ctx->verbs);
 	if (!ctx->ch)
 		return errno ? -errno : -ENOMEM;
 	if ((err = evr__set_nonblock(ctx->ch->fd)) ||
 	    (err = evr__set_nonblock(ctx->verbs->async_fd)))
-		return err;
-	err = evr__pool_init(&ctx->pool, ctx->pd,
-			     EVR_HDR_SIZE + ctx->max_eager, 0);
-	if (err)
 		return err;
 	err = ctx->hooks.device_bound(ctx);
 	if (err)

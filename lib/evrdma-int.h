@@ -19,10 +19,9 @@
 #include "adapt.h"
 #include "credit.h"
 #include "proto.h"
+#include "queue.h"
 #include "verbs.h"
 
-#define evr__container_of(ptr, type, member)                                   \
-	((type *)((char *)(ptr) - offsetof(type, member)))
 #define EVR__MIN(a, b) ((a) < (b) ? (a) : (b))
 #define EVR__MAX(a, b) ((a) > (b) ? (a) : (b))
 #define EVR__CACHELINE 64
@@ -42,36 +41,6 @@
 #ifndef EVR__VG_DEFINED
 #define EVR__VG_DEFINED(p, n) ((void)(p), (void)(n))
 #endif
-
-/* ---- intrusive doubly linked list ---- */
-struct evr__list {
-	struct evr__list *next, *prev;
-};
-
-static inline void evr__list_init(struct evr__list *l)
-{
-	l->next = l->prev = l;
-}
-static inline bool evr__list_empty(const struct evr__list *l)
-{
-	return l->next == l;
-}
-static inline void evr__list_add_tail(struct evr__list *l, struct evr__list *n)
-{
-	n->prev = l->prev;
-	n->next = l;
-	l->prev->next = n;
-	l->prev = n;
-}
-static inline void evr__list_del(struct evr__list *n)
-{
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	n->next = n->prev = n;
-}
-#define evr__list_for_each_safe(pos, tmp, head)                                \
-	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);       \
-	     (pos) = (tmp), (tmp) = (pos)->next)
 
 /* ---- operations: one posted work request each ---- */
 enum evr__op_kind {
@@ -110,8 +79,11 @@ typedef void (*evr__op_complete_fn)(struct evr__op *op, int status);
 typedef int (*evr__op_prepare_fn)(evr_conn *c, struct evr__op *op);
 
 struct evr__op {
-	struct evr__op *next;	   /* send queue / posted FIFO linkage */
-	struct evr__op *wait_next; /* rendezvous: waiting for the FIN */
+	/* On one queue at a time: c->sendq or c->ctrlq, then sq->batch, then
+	 * sq->posted; the ctx's free ops; a receive buffer's (evr__buf) on
+	 * the pool's free list, c->repost or c->early. */
+	struct evr__list link;
+	struct evr__list wait_link; /* RNDV: on c->rndv_wait until the FIN */
 	evr_conn *conn;
 	evr__op_done_fn done;
 	evr__op_complete_fn complete;
@@ -141,41 +113,6 @@ struct evr__op {
 	struct ibv_sge sge;
 };
 
-/* FIFO of ops */
-struct evr__opq {
-	struct evr__op *head, *tail;
-	unsigned n;
-};
-
-static inline void evr__opq_init(struct evr__opq *q)
-{
-	q->head = q->tail = NULL;
-	q->n = 0;
-}
-static inline void evr__opq_push(struct evr__opq *q, struct evr__op *op)
-{
-	op->next = NULL;
-	if (q->tail)
-		q->tail->next = op;
-	else
-		q->head = op;
-	q->tail = op;
-	q->n++;
-}
-static inline struct evr__op *evr__opq_pop(struct evr__opq *q)
-{
-	struct evr__op *op = q->head;
-
-	if (op) {
-		q->head = op->next;
-		if (!q->head)
-			q->tail = NULL;
-		op->next = NULL;
-		q->n--;
-	}
-	return op;
-}
-
 /* ---- send queue of one QP: batching and selective signaling (sq.c) ---- */
 typedef void (*evr__sq_done_fn)(struct evr__op *op, int status);
 
@@ -185,8 +122,9 @@ struct evr__sq {
 	unsigned outstanding; /* posted, not yet known complete */
 	unsigned interval;    /* signal one WR in this many */
 	unsigned unsig_run;   /* unsignaled WRs since the last signaled */
-	struct evr__opq posted; /* posted ops in order */
-	struct evr__opq batch;	/* ops chained, not yet posted */
+	struct evr__list posted; /* posted ops in order (outstanding of them) */
+	struct evr__list batch;	 /* ops chained, not yet posted */
+	unsigned nbatch;	 /* ops on batch */
 	evr__sq_done_fn done;	/* completion of each op, in order */
 	struct evr_stats *st;
 };
@@ -197,7 +135,7 @@ void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
 /* Free slots for new WRs (not counting the open batch). */
 static inline unsigned evr__sq_room(const struct evr__sq *sq)
 {
-	return sq->depth - sq->outstanding - sq->batch.n;
+	return sq->depth - sq->outstanding - sq->nbatch;
 }
 /* Append op (its wr filled in) to the open batch. */
 void evr__sq_add(struct evr__sq *sq, struct evr__op *op);
@@ -212,9 +150,12 @@ void evr__sq_complete(struct evr__sq *sq, struct evr__op *op, int status);
 void evr__sq_abandon(struct evr__sq *sq, int status);
 
 /* ---- registered buffer pool (pool.c) ---- */
+/* A buffer's queue link is op.link (evr__buf_link): its op is a receive,
+ * which is never on a send queue, so the link is free for the buffer's own
+ * queues -- the pool's free list, c->repost, c->early -- and a buffer is
+ * on one of them at most. */
 struct evr__buf {
 	struct evr__op op; /* receive: wr_id points here */
-	struct evr__buf *next_free;
 	uint8_t *data;
 	uint32_t lkey;
 	uint32_t size;
@@ -223,6 +164,10 @@ struct evr__buf {
 	uint32_t imm;
 	uint8_t opcode;
 };
+
+#define evr__buf_link(b) (&(b)->op.link)
+#define evr__buf_pop(q)                                                        \
+	evr__list_pop_entry((q), struct evr__buf, op.link)
 
 /* The op sends len bytes of pool buffer b (inline when they fit). */
 static inline void evr__op_set_send(struct evr__op *op, struct evr__buf *b,
@@ -247,7 +192,7 @@ static inline void evr__op_set_send(struct evr__op *op, struct evr__buf *b,
 #define EVR_RBUF_CLASSES (EVR_RBUF_MAX_SHIFT - EVR_RBUF_MIN_SHIFT + 1)
 #define EVR_RBUF_CACHE_BYTES ((size_t)32 << 20)
 struct evr__rbuf {
-	struct evr__rbuf *next;
+	struct evr__list link; /* on its class's free list when cached */
 	struct ibv_mr *mr;
 	uint8_t *mem;
 	size_t cap;
@@ -258,10 +203,10 @@ struct evr__pool {
 	struct ibv_pd *pd;
 	uint32_t buf_size;
 	unsigned per_chunk;
-	struct evr__buf *free;
+	struct evr__list free; /* of evr__buf, the last put first */
 	struct evr__list chunks;
 	unsigned total, nfree;
-	struct evr__rbuf *rfree[EVR_RBUF_CLASSES];
+	struct evr__list rfree[EVR_RBUF_CLASSES]; /* of evr__rbuf */
 	size_t rfree_bytes;
 };
 
@@ -364,7 +309,7 @@ enum evr__cm_kind { EVR_CM_CONN = 1, EVR_CM_LISTENER = 2 };
 
 /* A message waiting for in-order delivery behind a rendezvous read. */
 struct evr__rx {
-	struct evr__rx *next;
+	struct evr__list link; /* on c->rxq */
 	bool rndv;
 	bool ready;
 	int status;
@@ -439,22 +384,22 @@ struct evr_conn {
 	uint16_t peer_depth;
 	struct evr__credit cr;
 	/* send side */
-	struct evr__opq sendq; /* user ops not yet posted, in order */
-	struct evr__opq ctrlq; /* control messages and rendezvous reads */
+	struct evr__list sendq; /* user ops not yet posted, in order */
+	struct evr__list ctrlq; /* control messages and rendezvous reads */
 	size_t queued_bytes;
 	struct evr__sq sq;
-	struct evr__op *wait_head, *wait_tail; /* rendezvous sends, by id */
+	struct evr__list rndv_wait; /* rendezvous sends awaiting FIN, by id */
 	uint32_t next_rndv_id;
 	uint32_t expect_fin_id;
 	/* receive side */
 	unsigned recv_depth;
 	unsigned recv_posted;
-	struct evr__buf *repost; /* buffers to post again */
+	struct evr__list repost; /* buffers to post again (evr__buf) */
 	unsigned nrepost;
-	struct evr__rx *rx_head, *rx_tail; /* in-order delivery queue */
+	struct evr__list rxq;		   /* in-order delivery queue */
 	evr_msg *cur_msg;		   /* message in on_recv */
 	evr_msg *cur_held;		   /* its held copy, if taken */
-	struct evr__buf *early, *early_tail; /* receives before established */
+	struct evr__list early;		   /* receives before established */
 	unsigned rndv_active;		   /* rendezvous reads running */
 	bool peer_bye;	     /* the peer's BYE arrived: it closes gracefully */
 	uint8_t udata[EVR_MAX_USER_DATA]; /* connect request user bytes */
@@ -557,7 +502,7 @@ struct evr_ctx {
 	struct evr__hooks hooks;
 	struct evr__list work;	/* conns whose state needs a step */
 	struct evr__list flush; /* conns with something to post */
-	struct evr__op *op_free;
+	struct evr__list op_free; /* ops kept for reuse (runq.c) */
 	unsigned nop_free;
 	struct evr_stats st;
 	unsigned dispatch_depth;

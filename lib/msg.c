@@ -79,7 +79,7 @@ static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
 	op->credit = true;
 	op->qbytes = len;
 	c->queued_bytes += len;
-	evr__opq_push(&c->sendq, op);
+	evr__list_add_tail(&c->sendq, &op->link);
 	evr__conn_dirty(c);
 	return 0;
 }
@@ -185,12 +185,7 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 				 ctx->max_inline);
 			/* done when both the send and the FIN completed */
 			op->pending = 2;
-			op->wait_next = NULL;
-			if (c->wait_tail)
-				c->wait_tail->wait_next = op;
-			else
-				c->wait_head = op;
-			c->wait_tail = op;
+			evr__list_add_tail(&c->rndv_wait, &op->wait_link);
 			return 0;
 		}
 	default:
@@ -259,7 +254,7 @@ static void rread_done(evr_conn *c, struct evr__op *op, int status)
 		}
 		fin->fin_id = rx->id;
 		fin->fin_status = 0;
-		evr__opq_push(&c->ctrlq, fin);
+		evr__list_add_tail(&c->ctrlq, &fin->link);
 	}
 	rx_start_reads(c);
 	deliver_ready(c);
@@ -306,10 +301,8 @@ static void rndv_fail_waiting(evr_conn *c, int status)
 {
 	struct evr__op *op;
 
-	while ((op = c->wait_head)) {
-		c->wait_head = op->wait_next;
-		if (!c->wait_head)
-			c->wait_tail = NULL;
+	while ((op = evr__list_pop_entry(&c->rndv_wait, struct evr__op,
+					 wait_link))) {
 		if (!op->status)
 			op->status = status;
 		if (--op->pending == 0)
@@ -325,8 +318,7 @@ static void repost(evr_conn *c, struct evr__buf *b)
 		evr__pool_put(&c->ctx->pool, b);
 		return;
 	}
-	b->next_free = c->repost;
-	c->repost = b;
+	evr__list_add_head(&c->repost, evr__buf_link(b));
 	c->nrepost++;
 	evr__conn_dirty(c);
 }
@@ -369,14 +361,17 @@ static void deliver(evr_conn *c, struct evr__buf *b, struct evr__rbuf *rb,
 	evr__rbuf_put(&c->ctx->pool, rb);
 }
 
+static struct evr__rx *rx_first(evr_conn *c)
+{
+	return evr__list_first_entry(&c->rxq, struct evr__rx, link);
+}
+
 static void deliver_ready(evr_conn *c)
 {
 	struct evr__rx *rx;
 
-	while ((rx = c->rx_head) && rx->ready) {
-		c->rx_head = rx->next;
-		if (!c->rx_head)
-			c->rx_tail = NULL;
+	while ((rx = rx_first(c)) && rx->ready) {
+		evr__list_del(&rx->link);
 		if (rx->rndv)
 			deliver(c, NULL, rx->rb, rx->rb->mem, rx->len);
 		else
@@ -387,12 +382,7 @@ static void deliver_ready(evr_conn *c)
 
 static void rx_push(evr_conn *c, struct evr__rx *rx)
 {
-	rx->next = NULL;
-	if (c->rx_tail)
-		c->rx_tail->next = rx;
-	else
-		c->rx_head = rx;
-	c->rx_tail = rx;
+	evr__list_add_tail(&c->rxq, &rx->link);
 }
 
 /* Start the reads of queued rendezvous messages, EVR_RNDV_ACTIVE at most. */
@@ -406,8 +396,9 @@ static void rx_start_reads(evr_conn *c)
 	 * keeps sending must not hold a graceful close open. */
 	if (!evr__conn_open(c))
 		return;
-	for (rx = c->rx_head; rx && c->rndv_active < EVR_RNDV_ACTIVE;
-	     rx = rx->next) {
+	for (rx = rx_first(c); rx && c->rndv_active < EVR_RNDV_ACTIVE;
+	     rx = evr__list_entry(evr__list_next(&c->rxq, &rx->link),
+				  struct evr__rx, link)) {
 		size_t off;
 
 		if (!rx->rndv || rx->started)
@@ -439,7 +430,7 @@ static void rx_start_reads(evr_conn *c)
 			op->wr.wr.rdma.remote_addr = rx->raddr + off;
 			op->wr.wr.rdma.rkey = rx->rkey;
 			rx->reads++;
-			evr__opq_push(&c->ctrlq, op);
+			evr__list_add_tail(&c->ctrlq, &op->link);
 		}
 	}
 	evr__conn_dirty(c);
@@ -449,12 +440,10 @@ static void rx_free_all(evr_conn *c)
 {
 	struct evr__rx *rx;
 
-	while ((rx = c->rx_head)) {
+	while ((rx = rx_first(c))) {
 		if (rx->rndv && rx->reads > 0)
 			break; /* reads still posted: freed when they flush */
-		c->rx_head = rx->next;
-		if (!c->rx_head)
-			c->rx_tail = NULL;
+		evr__list_del(&rx->link);
 		evr__rbuf_put(&c->ctx->pool, rx->rb);
 		if (rx->buf)
 			evr__pool_put(&c->ctx->pool, rx->buf);
@@ -514,7 +503,7 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		repost(c, b);
 		return;
 	case EVR_T_EAGER:
-		if (!c->rx_head) {
+		if (evr__list_empty(&c->rxq)) {
 			deliver(c, b, NULL, p.payload, p.hdr.len);
 			return;
 		}
@@ -546,16 +535,15 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		rx_start_reads(c);
 		return;
 	case EVR_T_RNDV_FIN: {
-		struct evr__op *op = c->wait_head;
+		struct evr__op *op = evr__list_first_entry(
+			&c->rndv_wait, struct evr__op, wait_link);
 
 		repost(c, b);
 		if (!op || op->rndv_id != p.fin_id) {
 			proto_error(c, "rendezvous finish for an unknown id");
 			return;
 		}
-		c->wait_head = op->wait_next;
-		if (!c->wait_head)
-			c->wait_tail = NULL;
+		evr__list_del(&op->wait_link);
 		if (p.fin_status && !op->status)
 			op->status = p.fin_status;
 		if (--op->pending == 0)
@@ -604,12 +592,7 @@ void evr__msg_recv_done(struct evr__op *op, const struct ibv_wc *wc)
 		b->byte_len = wc->byte_len;
 		b->opcode = (uint8_t)wc->opcode;
 		b->imm = wc->imm_data;
-		b->next_free = NULL;
-		if (c->early_tail)
-			c->early_tail->next_free = b;
-		else
-			c->early = b;
-		c->early_tail = b;
+		evr__list_add_tail(&c->early, evr__buf_link(b));
 		return;
 	}
 	process_recv(c, b, wc);

@@ -21,11 +21,16 @@ struct evr__chunk {
 int evr__pool_init(struct evr__pool *p, struct ibv_pd *pd, uint32_t buf_size,
 		   unsigned per_chunk)
 {
+	int i;
+
 	memset(p, 0, sizeof(*p));
 	p->pd = pd;
 	p->buf_size = (buf_size + EVR__CACHELINE - 1) & ~(EVR__CACHELINE - 1u);
 	p->per_chunk = per_chunk ? per_chunk : 256;
+	evr__list_init(&p->free);
 	evr__list_init(&p->chunks);
+	for (i = 0; i < EVR_RBUF_CLASSES; i++)
+		evr__list_init(&p->rfree[i]);
 	return 0;
 }
 
@@ -53,8 +58,7 @@ static int pool_grow(struct evr__pool *p)
 		b->lkey = c->mr->lkey;
 		b->size = p->buf_size;
 		b->op.kind = EVR_OP_RECV;
-		b->next_free = p->free;
-		p->free = b;
+		evr__list_add_head(&p->free, evr__buf_link(b));
 	}
 	p->total += p->per_chunk;
 	p->nfree += p->per_chunk;
@@ -74,11 +78,9 @@ struct evr__buf *evr__pool_get(struct evr__pool *p)
 {
 	struct evr__buf *b;
 
-	if (!p->free && pool_grow(p) < 0)
+	if (evr__list_empty(&p->free) && pool_grow(p) < 0)
 		return NULL;
-	b = p->free;
-	p->free = b->next_free;
-	b->next_free = NULL;
+	b = evr__buf_pop(&p->free);
 	p->nfree--;
 	return b;
 }
@@ -86,8 +88,7 @@ struct evr__buf *evr__pool_get(struct evr__pool *p)
 void evr__pool_put(struct evr__pool *p, struct evr__buf *b)
 {
 	b->op.conn = NULL;
-	b->next_free = p->free;
-	p->free = b;
+	evr__list_add_head(&p->free, evr__buf_link(b)); /* the warmest first */
 	p->nfree++;
 }
 
@@ -114,10 +115,9 @@ struct evr__rbuf *evr__rbuf_get(struct evr__pool *p, size_t len)
 	int cls = rbuf_class(len);
 	struct evr__rbuf *rb;
 
-	if (cls >= 0 && (rb = p->rfree[cls])) {
-		p->rfree[cls] = rb->next;
+	if (cls >= 0 && (rb = evr__list_pop_entry(&p->rfree[cls],
+						  struct evr__rbuf, link))) {
 		p->rfree_bytes -= rb->cap;
-		rb->next = NULL;
 		return rb;
 	}
 	rb = calloc(1, sizeof(*rb));
@@ -149,8 +149,7 @@ void evr__rbuf_put(struct evr__pool *p, struct evr__rbuf *rb)
 		rbuf_free(rb);
 		return;
 	}
-	rb->next = p->rfree[rb->cls];
-	p->rfree[rb->cls] = rb;
+	evr__list_add_head(&p->rfree[rb->cls], &rb->link);
 	p->rfree_bytes += rb->cap;
 }
 
@@ -161,10 +160,9 @@ void evr__pool_fini(struct evr__pool *p)
 	int i;
 
 	for (i = 0; i < EVR_RBUF_CLASSES; i++) {
-		while ((rb = p->rfree[i])) {
-			p->rfree[i] = rb->next;
+		while ((rb = evr__list_pop_entry(&p->rfree[i], struct evr__rbuf,
+						 link)))
 			rbuf_free(rb);
-		}
 	}
 	p->rfree_bytes = 0;
 
@@ -179,6 +177,6 @@ void evr__pool_fini(struct evr__pool *p)
 		free(c);
 	}
 	evr__list_init(&p->chunks);
-	p->free = NULL;
+	evr__list_init(&p->free);
 	p->total = p->nfree = 0;
 }

@@ -68,7 +68,7 @@ static int rma_submit(evr_conn *c, enum evr__op_kind kind,
 
 static void rma_queue(struct evr__op *op)
 {
-	evr__opq_push(&op->conn->sendq, op);
+	evr__list_add_tail(&op->conn->sendq, &op->link);
 	evr__conn_dirty(op->conn);
 }
 

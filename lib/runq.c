@@ -25,19 +25,23 @@ void evr__runq_init(evr_ctx *ctx)
 {
 	evr__list_init(&ctx->work);
 	evr__list_init(&ctx->flush);
+	evr__list_init(&ctx->op_free);
 }
 
 struct evr__op *evr__op_alloc(evr_ctx *ctx)
 {
-	struct evr__op *op = ctx->op_free;
+	struct evr__op *op =
+		evr__list_pop_entry(&ctx->op_free, struct evr__op, link);
 
 	if (op) {
-		ctx->op_free = op->next;
 		ctx->nop_free--;
 		memset(op, 0, sizeof(*op));
-		return op;
+	} else if (!(op = calloc(1, sizeof(*op)))) {
+		return NULL;
 	}
-	return calloc(1, sizeof(*op));
+	evr__list_init(&op->link);
+	evr__list_init(&op->wait_link);
+	return op;
 }
 
 void evr__op_free(evr_ctx *ctx, struct evr__op *op)
@@ -46,8 +50,7 @@ void evr__op_free(evr_ctx *ctx, struct evr__op *op)
 		free(op);
 		return;
 	}
-	op->next = ctx->op_free;
-	ctx->op_free = op;
+	evr__list_add_head(&ctx->op_free, &op->link); /* the warmest first */
 	ctx->nop_free++;
 }
 
@@ -55,10 +58,8 @@ void evr__op_free_all(evr_ctx *ctx)
 {
 	struct evr__op *op;
 
-	while ((op = ctx->op_free)) {
-		ctx->op_free = op->next;
+	while ((op = evr__list_pop_entry(&ctx->op_free, struct evr__op, link)))
 		free(op);
-	}
 	ctx->nop_free = 0;
 }
 
@@ -96,20 +97,14 @@ void evr__ctx_progress(evr_ctx *ctx)
 		return;
 	ctx->dispatch_depth++;
 	for (round = 0; round < 64 && evr__runq_busy(ctx); round++) {
-		while (!evr__list_empty(&ctx->flush)) {
-			evr_conn *c = evr__container_of(ctx->flush.next,
-							evr_conn, flush_link);
+		evr_conn *c;
 
-			evr__list_del(&c->flush_link);
+		while ((c = evr__list_pop_entry(&ctx->flush, evr_conn,
+						flush_link)))
 			ctx->hooks.conn_flush(c);
-		}
-		while (!evr__list_empty(&ctx->work)) {
-			evr_conn *c = evr__container_of(ctx->work.next,
-							evr_conn, work_link);
-
-			evr__list_del(&c->work_link);
+		while ((c = evr__list_pop_entry(&ctx->work, evr_conn,
+						work_link)))
 			ctx->hooks.conn_step(c); /* may free c */
-		}
 	}
 	ctx->dispatch_depth--;
 }

@@ -27,15 +27,17 @@ void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
 		interval = depth / 2;
 	sq->interval = interval;
 	sq->unsig_run = 0;
-	evr__opq_init(&sq->posted);
-	evr__opq_init(&sq->batch);
+	evr__list_init(&sq->posted);
+	evr__list_init(&sq->batch);
+	sq->nbatch = 0;
 	sq->done = done;
 	sq->st = st;
 }
 
 void evr__sq_add(struct evr__sq *sq, struct evr__op *op)
 {
-	struct evr__op *prev = sq->batch.tail;
+	struct evr__op *prev =
+		evr__list_entry(evr__list_last(&sq->batch), struct evr__op, link);
 
 	op->wr.wr_id = (uintptr_t)op;
 	op->wr.next = NULL;
@@ -46,26 +48,45 @@ void evr__sq_add(struct evr__sq *sq, struct evr__op *op)
 	}
 	if (prev)
 		prev->wr.next = &op->wr;
-	evr__opq_push(&sq->batch, op);
+	evr__list_add_tail(&sq->batch, &op->link);
+	sq->nbatch++;
+}
+
+/* Take the first op off the batch, or NULL. */
+static struct evr__op *batch_pop(struct evr__sq *sq)
+{
+	struct evr__op *op =
+		evr__list_pop_entry(&sq->batch, struct evr__op, link);
+
+	if (op)
+		sq->nbatch--;
+	return op;
 }
 
 int evr__sq_commit(struct evr__sq *sq)
 {
 	struct ibv_send_wr *bad = NULL;
-	struct evr__op *op, *last = sq->batch.tail;
-	unsigned n = sq->batch.n, nsig = 0;
+	struct evr__op *op, *first, *last;
+	struct evr__list *pos;
+	unsigned n = sq->nbatch, nsig = 0;
 	int rc;
 
 	if (!n)
 		return 0;
+	first = evr__list_first_entry(&sq->batch, struct evr__op, link);
+	last = evr__list_entry(evr__list_last(&sq->batch), struct evr__op,
+			       link);
 	if (!(last->wr.send_flags & IBV_SEND_SIGNALED)) {
 		last->wr.send_flags |= IBV_SEND_SIGNALED;
 		sq->unsig_run = 0;
 	}
-	for (op = sq->batch.head; op; op = op->next)
+	evr__list_for_each(pos, &sq->batch)
+	{
+		op = evr__list_entry(pos, struct evr__op, link);
 		nsig += !!(op->wr.send_flags & IBV_SEND_SIGNALED);
+	}
 
-	rc = evr__post_send(sq->qp, &sq->batch.head->wr, &bad);
+	rc = evr__post_send(sq->qp, &first->wr, &bad);
 	if (sq->st) {
 		sq->st->post_send_calls++;
 	}
@@ -74,15 +95,10 @@ int evr__sq_commit(struct evr__sq *sq)
 			sq->st->send_wrs += n;
 			sq->st->signaled_wrs += nsig;
 		}
-		/* splice the batch onto the posted FIFO */
-		if (sq->posted.tail)
-			sq->posted.tail->next = sq->batch.head;
-		else
-			sq->posted.head = sq->batch.head;
-		sq->posted.tail = sq->batch.tail;
-		sq->posted.n += n;
+		/* the whole batch joins the posted FIFO */
+		evr__list_splice_tail(&sq->posted, &sq->batch);
+		sq->nbatch = 0;
 		sq->outstanding += n;
-		evr__opq_init(&sq->batch);
 		return 0;
 	}
 
@@ -90,14 +106,16 @@ int evr__sq_commit(struct evr__sq *sq)
 	 * may end unsignaled; a post error means the QP is unusable, so the
 	 * caller fails the conn, the QP goes to the error state and every
 	 * posted WR, signaled or not, completes as flushed. */
-	while (bad && (op = sq->batch.head) && &op->wr != bad) {
-		evr__opq_pop(&sq->batch);
-		evr__opq_push(&sq->posted, op);
+	while (bad &&
+	       (op = evr__list_first_entry(&sq->batch, struct evr__op, link)) &&
+	       &op->wr != bad) {
+		batch_pop(sq);
+		evr__list_add_tail(&sq->posted, &op->link);
 		sq->outstanding++;
 		if (sq->st)
 			sq->st->send_wrs++;
 	}
-	while ((op = evr__opq_pop(&sq->batch)))
+	while ((op = batch_pop(sq)))
 		sq->done(op, rc);
 	return rc;
 }
@@ -109,7 +127,7 @@ void evr__sq_complete(struct evr__sq *sq, struct evr__op *upto, int status)
 	 * flush, in which case they were flushed as well. */
 	int before = status == -ECANCELED ? -ECANCELED : 0;
 
-	while ((op = evr__opq_pop(&sq->posted))) {
+	while ((op = evr__list_pop_entry(&sq->posted, struct evr__op, link))) {
 		sq->outstanding--;
 		if (op == upto) {
 			sq->done(op, status);
@@ -123,10 +141,10 @@ void evr__sq_abandon(struct evr__sq *sq, int status)
 {
 	struct evr__op *op;
 
-	while ((op = evr__opq_pop(&sq->posted))) {
+	while ((op = evr__list_pop_entry(&sq->posted, struct evr__op, link))) {
 		sq->outstanding--;
 		sq->done(op, status);
 	}
-	while ((op = evr__opq_pop(&sq->batch)))
+	while ((op = batch_pop(sq)))
 		sq->done(op, status);
 }

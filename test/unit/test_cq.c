@@ -121,6 +121,7 @@ static evr_ctx *ctx_new(void)
 	evr__list_init(&ctx->zombies);
 	evr__list_init(&ctx->held);
 	evr__runq_init(ctx);
+	evr__pool_init(&ctx->pool, NULL, 64, 1); /* empty: grows on demand */
 	evr__ctx_hooks_init(ctx); /* as evr_ctx_create does */
 	ctx->loop = ev_loop_new(0);
 	if (!ctx->loop) {
@@ -173,6 +174,12 @@ static int setup(void **state)
 	f->conn->ctx = ctx;
 	evr__list_init(&f->conn->work_link);
 	evr__list_init(&f->conn->flush_link);
+	evr__list_init(&f->conn->sendq);
+	evr__list_init(&f->conn->ctrlq);
+	evr__list_init(&f->conn->rndv_wait);
+	evr__list_init(&f->conn->rxq);
+	evr__list_init(&f->conn->repost);
+	evr__list_init(&f->conn->early);
 	f->conn->state = EVR_CS_ESTABLISHED;
 	f->conn->cq = f->cq;
 	evr__sq_init(&f->conn->sq, FAKE_QP, NOPS, 1, on_done, &ctx->st);
@@ -647,13 +654,9 @@ static int pe_teardown(void **state)
 {
 	struct pe *p = *state;
 	evr_ctx *ctx = p->ctx;
-	struct evr__op *op;
 
 	evr__cq_destroy_all(ctx); /* frees the CQs */
-	while ((op = ctx->op_free)) {
-		ctx->op_free = op->next;
-		free(op);
-	}
+	evr__op_free_all(ctx);
 	evr__timers_free(&ctx->timers);
 	ev_loop_destroy(ctx->loop);
 	free(ctx);
@@ -680,7 +683,7 @@ static unsigned pe_op(struct pe *p, int i, bool post)
 		assert_int_equal(evr__sq_commit(&pc->c->sq), 0);
 	} else {
 		assert_int_equal(evr__sq_room(&pc->c->sq), 0);
-		evr__opq_push(&pc->c->sendq, op);
+		evr__list_add_tail(&pc->c->sendq, &op->link);
 	}
 	return k;
 }
