@@ -91,22 +91,32 @@ static void set_ack_timeout(evr_ctx *ctx, struct rdma_cm_id *id)
 			 evr_strerror(-errno));
 }
 
+/* The caller's options (NULL: the defaults), of whatever size its header
+ * had, in a struct of ours (opts.c says the rules). */
+static int take_conn_opts(evr_ctx *ctx, const struct evr_conn_opts *in,
+			  struct evr_conn_opts *o)
+{
+	struct evr_conn_opts dflt;
+
+	evr_conn_opts_init(&dflt);
+	return evr__opts_take(ctx, "evr_conn_opts", o, sizeof(*o), &dflt,
+			      in ? in : &dflt);
+}
+
 /* ---- active side ---- */
 
 int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 		const struct evr_conn_opts *opts, evr_conn **out)
 {
 	struct sockaddr_storage dst;
-	struct evr_conn_opts dflt, o;
+	struct evr_conn_opts o;
 	unsigned tmo;
 	evr_conn *c;
 	int err;
 
 	if (!ctx || !host || !port)
 		return -EINVAL;
-	evr_conn_opts_init(&dflt);
-	err = evr__opts_take(ctx, "evr_conn_opts", &o, sizeof(o), &dflt,
-			     opts ? opts : &dflt);
+	err = take_conn_opts(ctx, opts, &o);
 	if (err)
 		return err;
 	opts = &o;
@@ -439,7 +449,7 @@ static void on_connect_request(evr_ctx *ctx, const struct cm_ev *e)
 int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 	       evr_conn **out)
 {
-	struct evr_conn_opts dflt, o;
+	struct evr_conn_opts o;
 	struct rdma_conn_param p;
 	uint8_t buf[EVR_HS_MAX];
 	struct evr__hs hs;
@@ -451,9 +461,7 @@ int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 	if (!req || req->answered)
 		return -EINVAL;
 	ctx = req->ctx;
-	evr_conn_opts_init(&dflt);
-	err = evr__opts_take(ctx, "evr_conn_opts", &o, sizeof(o), &dflt,
-			     opts ? opts : &dflt);
+	err = take_conn_opts(ctx, opts, &o);
 	if (err)
 		return err;
 	opts = &o;
