@@ -324,6 +324,7 @@ struct srv {
 	evr_listener *l;
 	struct role echo, closer;
 	unsigned accepts, up, up_failed, echoes, send_errs;
+	int up_fail_status; /* the last on_connect error */
 	unsigned closed[5]; /* 0, -ECANCELED, -ECONNRESET, -ESHUTDOWN, other */
 	unsigned closes;
 	uint32_t peak_conns;
@@ -378,6 +379,7 @@ static void srv_connected(evr_conn *c, int status, void *arg)
 	if (status) {
 		/* e.g. the client aborted before we saw ESTABLISHED */
 		r->s->up_failed++;
+		r->s->up_fail_status = status;
 		return;
 	}
 	r->s->up++;
@@ -631,10 +633,12 @@ static int srv_all_closed(void *arg)
 static void srv_assert_clean(const struct srv *s)
 {
 	if (s->closed[1] || s->closed[4] || s->up_failed)
-		fail_msg("server: %u conns failed while accepting; closes "
-			 "0:%u ECANCELED:%u ECONNRESET:%u ESHUTDOWN:%u "
-			 "other:%u",
-			 s->up_failed, s->closed[0], s->closed[1], s->closed[2],
+		fail_msg("server: %u conns failed while accepting (last: "
+			 "%s); closes 0:%u ECANCELED:%u ECONNRESET:%u "
+			 "ESHUTDOWN:%u other:%u",
+			 s->up_failed,
+			 s->up_failed ? evr_err_name(s->up_fail_status) : "-",
+			 s->closed[0], s->closed[1], s->closed[2],
 			 s->closed[3], s->closed[4]);
 }
 
