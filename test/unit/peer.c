@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -58,6 +59,21 @@ void peer_pump(evr_ctx *ctx)
 }
 
 /* ---- callbacks ---- */
+
+void peer_sleep_ms(unsigned ms)
+{
+	struct timespec ts = {0, (long)ms * 1000000};
+
+	nanosleep(&ts, NULL);
+}
+
+unsigned peer_send_credits(evr_conn *c)
+{
+	struct evr_conn_info info;
+
+	assert_int_equal(evr_conn_info(c, &info), 0);
+	return info.send_credits;
+}
 
 static void on_connect(evr_conn *c, int status, void *arg)
 {

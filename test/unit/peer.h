@@ -87,6 +87,10 @@ evr_ctx *peer_ctx_new(const struct evr_ctx_opts *o);
 void peer_ctx_free(evr_ctx *ctx);
 /* Run the ctx until it settles. */
 void peer_pump(evr_ctx *ctx);
+/* Sleep ms milliseconds (to let a timer of the ctx expire). */
+void peer_sleep_ms(unsigned ms);
+/* The conn's send credits, from evr_conn_info. */
+unsigned peer_send_credits(evr_conn *c);
 
 /* A peer with the default handshake (8 receives, 1 KiB eager, 1 MiB
  * messages) and its conn options (callbacks recorded in p). */

@@ -22,7 +22,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
@@ -69,13 +68,6 @@ static int teardown(void **state)
 	peer_fini(&f->p);
 	free(f);
 	return 0;
-}
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = {0, (long)ms * 1000000};
-
-	nanosleep(&ts, NULL);
 }
 
 /* Connect and drive the conn to state `to` (RESOLVING_ADDR,
@@ -353,7 +345,7 @@ static void test_connect_timeout(void **state)
 		connect_to(&p, in[i]);
 		peer_pump(f->ctx);
 		assert_int_equal(p.connects, 0);
-		sleep_ms(150);
+		peer_sleep_ms(150);
 		expect_connect_fails(&p, -ETIMEDOUT);
 		peer_fini(&p);
 	}
@@ -368,7 +360,7 @@ static void test_late_events(void **state)
 	uint8_t rep[EVR_HS_MAX];
 
 	connect_to(p, EVR_CS_CONNECTING);
-	sleep_ms(150);
+	peer_sleep_ms(150);
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
 	mock_cm_event(p->id, RDMA_CM_EVENT_ESTABLISHED, 0, rep,
@@ -670,7 +662,7 @@ static void test_accept_timeout(void **state)
 	peer_pump(f->ctx);
 	p->conn = acc.conn;
 	p->qp = p->id->qp;
-	sleep_ms(150);
+	peer_sleep_ms(150);
 	peer_pump(f->ctx);
 	assert_int_equal(mock_id_of(p->id)->disconnect, 1);
 	peer_flush(p);

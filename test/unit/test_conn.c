@@ -25,7 +25,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
@@ -76,13 +75,6 @@ static int teardown(void **state)
 	return 0;
 }
 
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = {0, (long)ms * 1000000};
-
-	nanosleep(&ts, NULL);
-}
-
 /* Frames of the peer's reading from now on, by type; the others counted. */
 static unsigned count_frames(struct peer *p, uint8_t type)
 {
@@ -92,14 +84,6 @@ static unsigned count_frames(struct peer *p, uint8_t type)
 	while (peer_next(p, &fr))
 		n += fr.parsed && fr.msg.hdr.type == type;
 	return n;
-}
-
-static unsigned credits(evr_conn *c)
-{
-	struct evr_conn_info info;
-
-	assert_int_equal(evr_conn_info(c, &info), 0);
-	return info.send_credits;
 }
 
 static void send_n(struct peer *p, unsigned from, unsigned n)
@@ -394,7 +378,7 @@ static void test_close_timeout(void **state)
 	assert_int_equal(evr_conn_close(p->conn, 0), 0);
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_CLOSING);
-	sleep_ms(150);
+	peer_sleep_ms(150);
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
 	assert_int_equal(mock_id_of(p->id)->disconnect, 1);
@@ -535,24 +519,24 @@ static void test_keepalive(void **state)
 	p = &f->p;
 	p->keepalive_ms = 50;
 	peer_connect(p);
-	cr = credits(p->conn);
-	sleep_ms(80);
+	cr = peer_send_credits(p->conn);
+	peer_sleep_ms(80);
 	peer_pump(f->ctx);
 	assert_true(peer_next(p, &fr));
 	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_WRITE);
 	assert_int_equal(fr.wr.len, 0);
 	assert_false(peer_next(p, &fr));
-	assert_int_equal(credits(p->conn), cr);
+	assert_int_equal(peer_send_credits(p->conn), cr);
 	evr_ctx_stats(f->ctx, &st);
 	assert_int_equal(st.keepalive_probes, 1);
 	peer_ack(p);
 	peer_pump(f->ctx);
-	sleep_ms(80); /* acknowledged: no timeout, a new probe */
+	peer_sleep_ms(80); /* acknowledged: no timeout, a new probe */
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
 	assert_true(peer_next(p, &fr));
 	assert_int_equal(fr.wr.len, 0);
-	sleep_ms(250); /* this one is never answered */
+	peer_sleep_ms(250); /* this one is never answered */
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
 	peer_flush(p);

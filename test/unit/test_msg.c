@@ -90,14 +90,6 @@ static void next_msg(struct peer *p, struct peer_frame *fr)
 	assert_true(fr->parsed);
 }
 
-static unsigned send_credits(evr_conn *c)
-{
-	struct evr_conn_info info;
-
-	assert_int_equal(evr_conn_info(c, &info), 0);
-	return info.send_credits;
-}
-
 /* An eager message goes out as one SEND: header and bytes; its callback
  * fires once, with 0, when the SEND completes (not before). */
 static void test_eager_send(void **state)
@@ -150,7 +142,7 @@ static void test_credit_stop_and_resume(void **state)
 		n++;
 	}
 	assert_int_equal(n, 6);
-	assert_int_equal(send_credits(p->conn), 2);
+	assert_int_equal(peer_send_credits(p->conn), 2);
 	/* completions are not credits: still stopped */
 	peer_ack(p);
 	peer_pump(f->ctx);

@@ -70,21 +70,13 @@ static int teardown(void **state)
 	return 0;
 }
 
-static unsigned credits(evr_conn *c)
-{
-	struct evr_conn_info info;
-
-	assert_int_equal(evr_conn_info(c, &info), 0);
-	return info.send_credits;
-}
-
 static void test_write(void **state)
 {
 	struct fix *f = *state;
 	struct peer *p = &f->p;
 	struct peer_frame fr;
 	struct ibv_mr *mr = mock_mr_find(f->local, sizeof(f->local));
-	unsigned before = credits(p->conn);
+	unsigned before = peer_send_credits(p->conn);
 
 	memset(f->local, 0xab, sizeof(f->local));
 	assert_ptr_equal(evr_mr_addr(f->mr), f->local);
@@ -101,7 +93,7 @@ static void test_write(void **state)
 	assert_int_equal(fr.wr.rkey, 0x7777);
 	assert_int_equal(fr.wr.len, 100);
 	assert_false(peer_next(p, &fr));
-	assert_int_equal(credits(p->conn), before); /* no receive used */
+	assert_int_equal(peer_send_credits(p->conn), before); /* no receive used */
 	assert_int_equal(evr_mr_dereg(f->mr), -EBUSY);
 	peer_ack(p);
 	peer_pump(f->ctx);
@@ -141,7 +133,7 @@ static void test_write_imm(void **state)
 	struct fix *f = *state;
 	struct peer *p = &f->p;
 	struct peer_frame fr;
-	unsigned before = credits(p->conn);
+	unsigned before = peer_send_credits(p->conn);
 
 	assert_int_equal(evr_write_imm(p->conn, f->mr, 0, &f->rk, 0, 8,
 				       0x01020304, peer_op_cb,
@@ -151,7 +143,7 @@ static void test_write_imm(void **state)
 	assert_true(peer_next(p, &fr));
 	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
 	assert_int_equal(fr.wr.imm, htobe32(0x01020304));
-	assert_int_equal(credits(p->conn), before - 1);
+	assert_int_equal(peer_send_credits(p->conn), before - 1);
 	peer_ack(p);
 	peer_pump(f->ctx);
 	assert_int_equal(p->op_calls[0], 1);
