@@ -50,6 +50,12 @@ void peer_ctx_free(evr_ctx *ctx)
 	mock_reset();
 }
 
+void peer_mocks_reset(void)
+{
+	mock_reset();
+	mock_cm_reset();
+}
+
 void peer_pump(evr_ctx *ctx)
 {
 	int i;
@@ -180,6 +186,20 @@ void peer_fini(struct peer *p)
 	for (i = 0; i < p->nmsgs; i++)
 		free(p->msgs[i].data);
 	p->nmsgs = 0;
+}
+
+evr_ctx *peer_start(struct peer *p, const struct evr_ctx_opts *o)
+{
+	evr_ctx *ctx = peer_ctx_new(o);
+
+	peer_init(p, ctx);
+	return ctx;
+}
+
+void peer_stop(struct peer *p)
+{
+	peer_ctx_free(p->ctx);
+	peer_fini(p);
 }
 
 size_t peer_hs(const struct peer *p, uint8_t kind, uint8_t *buf)

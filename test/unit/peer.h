@@ -85,6 +85,8 @@ void peer_ctx_opts(struct evr_ctx_opts *o);
 evr_ctx *peer_ctx_new(const struct evr_ctx_opts *o);
 /* Destroy the ctx, then free the mocks' leftovers. */
 void peer_ctx_free(evr_ctx *ctx);
+/* Fresh mocks: mock_verbs and mock_cm reset. */
+void peer_mocks_reset(void);
 /* Run the ctx until it settles. */
 void peer_pump(evr_ctx *ctx);
 /* Sleep ms milliseconds (to let a timer of the ctx expire). */
@@ -97,6 +99,12 @@ unsigned peer_send_credits(evr_conn *c);
 void peer_init(struct peer *p, evr_ctx *ctx);
 void peer_conn_opts(struct peer *p, struct evr_conn_opts *o);
 void peer_fini(struct peer *p);
+/* A ctx on the mocks as they stand (peer_ctx_new(o)) and p a peer on it
+ * (peer_init); returns the ctx. */
+evr_ctx *peer_start(struct peer *p, const struct evr_ctx_opts *o);
+/* Undo peer_start: peer_ctx_free(p->ctx) (a test that destroyed the ctx
+ * itself sets p->ctx NULL), then peer_fini(p). */
+void peer_stop(struct peer *p);
 /* The handshake the peer sends, encoded (kind: EVR_HS_REQ or _REP). */
 size_t peer_hs(const struct peer *p, uint8_t kind, uint8_t *buf);
 /* An established conn: ours connects (connect) or accepts (accept). */

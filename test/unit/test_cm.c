@@ -37,10 +37,8 @@ static struct fix *new_fix(const struct evr_ctx_opts *o)
 	struct fix *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	mock_reset();
-	mock_cm_reset();
-	f->ctx = peer_ctx_new(o);
-	peer_init(&f->p, f->ctx);
+	peer_mocks_reset();
+	f->ctx = peer_start(&f->p, o);
 	return f;
 }
 
@@ -64,8 +62,7 @@ static int teardown(void **state)
 {
 	struct fix *f = *state;
 
-	peer_ctx_free(f->ctx);
-	peer_fini(&f->p);
+	peer_stop(&f->p);
 	free(f);
 	return 0;
 }

@@ -40,10 +40,8 @@ static struct fix *new_fix(const struct evr_ctx_opts *o)
 	struct fix *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	mock_reset();
-	mock_cm_reset();
-	f->ctx = peer_ctx_new(o);
-	peer_init(&f->p, f->ctx);
+	peer_mocks_reset();
+	f->ctx = peer_start(&f->p, o);
 	peer_init(&f->q, f->ctx);
 	return f;
 }
@@ -68,8 +66,7 @@ static int teardown(void **state)
 {
 	struct fix *f = *state;
 
-	peer_ctx_free(f->ctx);
-	peer_fini(&f->p);
+	peer_stop(&f->p);
 	peer_fini(&f->q);
 	free(f);
 	return 0;
@@ -493,7 +490,7 @@ static void test_ctx_destroy_open_conn(void **state)
 	send_n(p, 0, 8);
 	peer_pump(f->ctx);
 	evr_ctx_destroy(f->ctx);
-	f->ctx = NULL;
+	f->ctx = f->p.ctx = NULL;
 	assert_ops(p, 8, -ECANCELED);
 	assert_int_equal(p->nop_calls, 8);
 	assert_int_equal(p->closes, 1);

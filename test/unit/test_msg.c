@@ -35,18 +35,25 @@ struct fix {
 	struct peer p;
 };
 
-static int setup_opts(void **state, const struct evr_ctx_opts *o)
+/* port_max_msg_sz: what the port carries in one message (0: the mock's
+ * default). */
+static int setup_port(void **state, const struct evr_ctx_opts *o,
+		      uint32_t port_max_msg_sz)
 {
 	struct fix *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	mock_reset();
-	mock_cm_reset();
-	f->ctx = peer_ctx_new(o);
-	peer_init(&f->p, f->ctx);
+	peer_mocks_reset();
+	mock_cm.port_max_msg_sz = port_max_msg_sz;
+	f->ctx = peer_start(&f->p, o);
 	peer_connect(&f->p);
 	*state = f;
 	return 0;
+}
+
+static int setup_opts(void **state, const struct evr_ctx_opts *o)
+{
+	return setup_port(state, o, 0);
 }
 
 static int setup(void **state)
@@ -57,27 +64,14 @@ static int setup(void **state)
 /* The port carries at most 64 KiB in one RDMA READ. */
 static int setup_small_port(void **state)
 {
-	mock_cm_reset();
-	mock_cm.port_max_msg_sz = 64 << 10;
-	{
-		struct fix *f = calloc(1, sizeof(*f));
-
-		assert_non_null(f);
-		mock_reset();
-		f->ctx = peer_ctx_new(NULL);
-		peer_init(&f->p, f->ctx);
-		peer_connect(&f->p);
-		*state = f;
-	}
-	return 0;
+	return setup_port(state, NULL, 64 << 10);
 }
 
 static int teardown(void **state)
 {
 	struct fix *f = *state;
 
-	peer_ctx_free(f->ctx);
-	peer_fini(&f->p);
+	peer_stop(&f->p);
 	free(f);
 	return 0;
 }
@@ -707,7 +701,7 @@ static void test_ctx_destroy_busy(void **state)
 				  peer_op_arg(p, 1)),
 			 0);
 	evr_ctx_destroy(f->ctx);
-	f->ctx = NULL;
+	f->ctx = f->p.ctx = NULL;
 	held = NULL; /* freed with the ctx */
 	assert_int_equal(p->op_calls[0], 1);
 	assert_int_equal(p->op_status[0], -ECANCELED);

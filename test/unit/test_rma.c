@@ -43,10 +43,8 @@ static int setup(void **state)
 	unsigned i;
 
 	assert_non_null(f);
-	mock_reset();
-	mock_cm_reset();
-	f->ctx = peer_ctx_new(NULL);
-	peer_init(&f->p, f->ctx);
+	peer_mocks_reset();
+	f->ctx = peer_start(&f->p, NULL);
 	peer_connect(&f->p);
 	assert_int_equal(evr_mr_reg(f->ctx, f->local, sizeof(f->local),
 				    EVR_ACCESS_REMOTE_READ, &f->mr),
@@ -64,8 +62,7 @@ static int teardown(void **state)
 {
 	struct fix *f = *state;
 
-	peer_ctx_free(f->ctx);
-	peer_fini(&f->p);
+	peer_stop(&f->p);
 	free(f);
 	return 0;
 }
