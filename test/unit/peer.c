@@ -421,6 +421,14 @@ void peer_flush(struct peer *p)
 	}
 }
 
+void peer_flush_closed(struct peer *p, int status)
+{
+	peer_flush(p);
+	peer_pump(p->ctx);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->close_status, status);
+}
+
 unsigned peer_recvs_posted(const struct peer *p)
 {
 	unsigned i, n = 0;

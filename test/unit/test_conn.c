@@ -133,10 +133,7 @@ static void test_close_graceful(void **state)
 	assert_int_equal(mock_qp_state(qp), IBV_QPS_ERR);
 	assert_int_equal(mock_id_of(id)->disconnect, 1);
 	assert_int_equal(p->closes, 0); /* receives still posted */
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, 0);
+	peer_flush_closed(p, 0);
 	assert_int_equal(p->close_state, EVR_CS_FLUSHING);
 	assert_int_equal(p->ops_at_close, 2);
 	assert_true(mock_qp_destroyed(qp));
@@ -221,10 +218,7 @@ static void test_peer_bye(void **state)
 	mock_cm_event(p->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ESHUTDOWN);
+	peer_flush_closed(p, -ESHUTDOWN);
 	assert_memory_equal(p->msgs[0].data, "last words", 10);
 }
 
@@ -351,10 +345,7 @@ static void test_post_send_fails(void **state)
 	mock.post_send_rc = 0;
 	assert_ops(p, 2, -ENOMEM);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ENOMEM);
+	peer_flush_closed(p, -ENOMEM);
 }
 
 /* A graceful close that cannot drain ends at close_timeout_ms: the
@@ -536,10 +527,7 @@ static void test_keepalive(void **state)
 	peer_sleep_ms(250); /* this one is never answered */
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ETIMEDOUT);
+	peer_flush_closed(p, -ETIMEDOUT);
 }
 
 /* Closing from the callbacks themselves. */
@@ -666,10 +654,7 @@ static void expect_eproto(struct fix *f)
 	peer_pump(f->ctx);
 	assert_non_null(p->conn);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -EPROTO);
+	peer_flush_closed(p, -EPROTO);
 	assert_int_equal(p->nmsgs, 0);
 	/* the other conn of the ctx is untouched */
 	assert_int_equal(q->conn->state, EVR_CS_ESTABLISHED);

@@ -217,10 +217,7 @@ static void test_credit_overflow(void **state)
 	peer_credit(p, 1); /* nothing was sent */
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -EPROTO);
+	peer_flush_closed(p, -EPROTO);
 }
 
 /* A message above the eager size goes by rendezvous: the REQ names our
@@ -577,10 +574,7 @@ static void test_rndv_send_close_waits_for_fin(void **state)
 	assert_int_equal(fr.msg.hdr.type, EVR_T_BYE);
 	peer_ack(p);
 	peer_pump(f->ctx);
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, 0);
+	peer_flush_closed(p, 0);
 }
 
 /* The conn ends while our rendezvous reads are posted, an eager message
@@ -669,10 +663,7 @@ static void test_post_recv_fails(void **state)
 	mock.post_recv_rc = 0;
 	assert_int_equal(p->nmsgs, 1);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ENOMEM);
+	peer_flush_closed(p, -ENOMEM);
 }
 
 /* Destroying the ctx in the middle of everything: our reads posted, an
