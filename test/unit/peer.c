@@ -389,6 +389,14 @@ void peer_ack(struct peer *p)
 	}
 }
 
+void peer_ack_op(struct peer *p, unsigned i)
+{
+	peer_ack(p);
+	peer_pump(p->ctx);
+	assert_int_equal(p->op_calls[i], 1);
+	assert_int_equal(p->op_status[i], 0);
+}
+
 void peer_fail_send(struct peer *p, enum ibv_wc_status status)
 {
 	for (; p->done < mock_wrs.nsend; p->done++) {

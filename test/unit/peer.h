@@ -120,6 +120,9 @@ unsigned peer_unread(const struct peer *p);
  * READs, WRITEs and atomics are carried out on the test's memory at
  * wr.raddr. */
 void peer_ack(struct peer *p);
+/* peer_ack and pump: then the callback of op i (peer_op_arg(p, i)) must
+ * have fired once, with 0. */
+void peer_ack_op(struct peer *p, unsigned i);
 /* Complete every WR of ours still posted (sends and receives) as flushed. */
 void peer_flush(struct peer *p);
 /* The conn has ended (FLUSHING): flush what it posted and pump; then

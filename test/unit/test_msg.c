@@ -105,10 +105,7 @@ static void test_eager_send(void **state)
 	assert_int_equal(fr.msg.hdr.credits, 0); /* nothing owed yet */
 	assert_false(peer_next(p, &fr));
 	assert_int_equal(p->op_calls[0], 0);
-	peer_ack(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->op_calls[0], 1);
-	assert_int_equal(p->op_status[0], 0);
+	peer_ack_op(p, 0);
 }
 
 /* The peer posts 8 receives and keeps 2 for control messages: 6 data
@@ -265,10 +262,7 @@ static void test_rndv_send(void **state)
 	peer_fin(p, fr.msg.rndv.id, 0, 0);
 	peer_pump(f->ctx);
 	assert_int_equal(p->op_calls[1], 0);
-	peer_ack(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->op_calls[1], 1);
-	assert_int_equal(p->op_status[1], 0);
+	peer_ack_op(p, 1);
 	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
 }
 

@@ -92,10 +92,7 @@ static void test_write(void **state)
 	assert_false(peer_next(p, &fr));
 	assert_int_equal(peer_send_credits(p->conn), before); /* no receive used */
 	assert_int_equal(evr_mr_dereg(f->mr), -EBUSY);
-	peer_ack(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->op_calls[0], 1);
-	assert_int_equal(p->op_status[0], 0);
+	peer_ack_op(p, 0);
 	assert_int_equal(f->remote[31], 255 - 31);
 	assert_int_equal(f->remote[32], 0xab);
 	assert_int_equal(f->remote[131], 0xab);
@@ -117,10 +114,7 @@ static void test_read(void **state)
 	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_READ);
 	assert_int_equal(fr.wr.raddr, (uintptr_t)f->remote + 200);
 	assert_int_equal(fr.wr.len, 56);
-	peer_ack(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->op_calls[0], 1);
-	assert_int_equal(p->op_status[0], 0);
+	peer_ack_op(p, 0);
 	assert_memory_equal(f->local, f->remote + 200, 56);
 }
 
@@ -141,10 +135,7 @@ static void test_write_imm(void **state)
 	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
 	assert_int_equal(fr.wr.imm, htobe32(0x01020304));
 	assert_int_equal(peer_send_credits(p->conn), before - 1);
-	peer_ack(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->op_calls[0], 1);
-	assert_int_equal(p->op_status[0], 0);
+	peer_ack_op(p, 0);
 }
 
 static void test_atomics(void **state)
