@@ -33,6 +33,7 @@
 struct fix {
 	evr_ctx *ctx;
 	struct peer p, q;
+	const struct bad_frame *bad; /* test_bad_frame's case */
 };
 
 static struct fix *new_fix(const struct evr_ctx_opts *o)
@@ -672,6 +673,7 @@ static int setup_two(void **state)
 {
 	struct fix *f = new_fix(NULL);
 
+	f->bad = *state; /* the case's initial state, if any */
 	peer_connect(&f->p);
 	peer_connect(&f->q);
 	*state = f;
@@ -683,22 +685,6 @@ static void test_bad_short_header(void **state)
 	struct fix *f = *state;
 
 	peer_raw(&f->p, "\x01\x00\x00", 3);
-	expect_eproto(f);
-}
-
-static void test_bad_type(void **state)
-{
-	struct fix *f = *state;
-
-	peer_frame(&f->p, 9, 0, NULL, 0);
-	expect_eproto(f);
-}
-
-static void test_bad_type_zero(void **state)
-{
-	struct fix *f = *state;
-
-	peer_frame(&f->p, 0, 0, "abc", 3);
 	expect_eproto(f);
 }
 
@@ -725,12 +711,27 @@ static void test_bad_eager_size(void **state)
 	expect_eproto(f);
 }
 
-/* A rendezvous request with a short body. */
-static void test_bad_rndv_body(void **state)
+/* Frames the peer must not send, each a case of its own (the case is the
+ * initial state, kept by setup_two). */
+static const struct bad_frame {
+	const char *name;
+	uint8_t type;
+	const char *body;
+	uint32_t blen;
+} bad_frames[] = {
+	{"test_bad_type", 9, NULL, 0}, /* no such type */
+	{"test_bad_type_zero", 0, "abc", 3},
+	/* a rendezvous request with a short body */
+	{"test_bad_rndv_body", EVR_T_RNDV_REQ, "short", 5},
+	/* a control message with a body it must not have */
+	{"test_bad_credit_body", EVR_T_CREDIT, "xx", 2},
+};
+
+static void test_bad_frame(void **state)
 {
 	struct fix *f = *state;
 
-	peer_frame(&f->p, EVR_T_RNDV_REQ, 0, "short", 5);
+	peer_frame(&f->p, f->bad->type, 0, f->bad->body, f->bad->blen);
 	expect_eproto(f);
 }
 
@@ -753,15 +754,6 @@ static void test_bad_fin(void **state)
 	expect_eproto(f);
 }
 
-/* A control message with a body it must not have. */
-static void test_bad_credit_body(void **state)
-{
-	struct fix *f = *state;
-
-	peer_frame(&f->p, EVR_T_CREDIT, 0, "xx", 2);
-	expect_eproto(f);
-}
-
 /* A receive that failed (a message too large for the buffer). */
 static void test_bad_recv_status(void **state)
 {
@@ -781,6 +773,10 @@ static void test_bad_recv_status(void **state)
 	p->recv_next = i + 1;
 	expect_eproto(f);
 }
+
+#define BAD_FRAME_CASE(i)                                                     \
+	{bad_frames[i].name, test_bad_frame, setup_two, teardown,             \
+	 (void *)&bad_frames[i]}
 
 int main(void)
 {
@@ -821,22 +817,18 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_short_header,
 						setup_two, teardown),
-		cmocka_unit_test_setup_teardown(test_bad_type, setup_two,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_bad_type_zero, setup_two,
-						teardown),
+		BAD_FRAME_CASE(0),
+		BAD_FRAME_CASE(1),
 		cmocka_unit_test_setup_teardown(test_bad_length, setup_two,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_bad_eager_size, setup_two,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_bad_rndv_body, setup_two,
-						teardown),
+		BAD_FRAME_CASE(2),
 		cmocka_unit_test_setup_teardown(test_bad_rndv_size, setup_two,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_bad_fin, setup_two,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_bad_credit_body, setup_two,
-						teardown),
+		BAD_FRAME_CASE(3),
 		cmocka_unit_test_setup_teardown(test_bad_recv_status, setup_two,
 						teardown),
 	};
