@@ -158,6 +158,13 @@ void peer_op_cb(evr_conn *c, int status, void *arg)
 
 /* ---- set up ---- */
 
+void peer_send_op(struct peer *p, const void *data, size_t len, unsigned i)
+{
+	assert_int_equal(evr_send(p->conn, data, len, peer_op_cb,
+				  peer_op_arg(p, i)),
+			 0);
+}
+
 void peer_init(struct peer *p, evr_ctx *ctx)
 {
 	memset(p, 0, sizeof(*p));

@@ -151,5 +151,7 @@ unsigned peer_recvs_posted(const struct peer *p);
 /* The arg for an evr_op_cb that records op i in p (peer_op_cb). */
 void *peer_op_arg(struct peer *p, unsigned i);
 void peer_op_cb(evr_conn *c, int status, void *arg);
+/* evr_send on p's conn as op i (recorded in p); it must return 0. */
+void peer_send_op(struct peer *p, const void *data, size_t len, unsigned i);
 
 #endif

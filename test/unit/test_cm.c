@@ -204,9 +204,7 @@ static void test_send_before_established(void **state)
 	uint8_t rep[EVR_HS_MAX];
 
 	connect_to(p, EVR_CS_RESOLVING_ADDR);
-	assert_int_equal(evr_send(p->conn, "early", 5, peer_op_cb,
-				  peer_op_arg(p, 0)),
-			 0);
+	peer_send_op(p, "early", 5, 0);
 	mock_cm_event(p->id, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
 	mock_cm_event(p->id, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
 	peer_pump(f->ctx);

@@ -93,9 +93,7 @@ static void test_eager_send(void **state)
 	struct peer_frame fr;
 	const char msg[] = "hello, peer";
 
-	assert_int_equal(evr_send(p->conn, msg, sizeof(msg), peer_op_cb,
-				  peer_op_arg(p, 0)),
-			 0);
+	peer_send_op(p, msg, sizeof(msg), 0);
 	assert_int_equal(peer_unread(p), 0); /* never inside the call */
 	peer_pump(f->ctx);
 	next_msg(p, &fr);
@@ -230,9 +228,7 @@ static void test_rndv_send(void **state)
 	uint32_t id;
 
 	memset(big, 0x5a, sizeof(big));
-	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
-				  peer_op_arg(p, 0)),
-			 0);
+	peer_send_op(p, big, sizeof(big), 0);
 	peer_pump(f->ctx);
 	next_msg(p, &fr);
 	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_REQ);
@@ -252,9 +248,7 @@ static void test_rndv_send(void **state)
 	assert_int_equal(p->op_status[0], 0);
 
 	/* FIN first, then the completion: the same, once */
-	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
-				  peer_op_arg(p, 1)),
-			 0);
+	peer_send_op(p, big, sizeof(big), 1);
 	peer_pump(f->ctx);
 	next_msg(p, &fr);
 	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_REQ);
@@ -275,9 +269,7 @@ static void test_rndv_send_fin_error(void **state)
 	struct peer_frame fr;
 	static uint8_t big[3000];
 
-	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
-				  peer_op_arg(p, 0)),
-			 0);
+	peer_send_op(p, big, sizeof(big), 0);
 	peer_pump(f->ctx);
 	next_msg(p, &fr);
 	peer_ack(p);
@@ -525,9 +517,7 @@ static void test_rndv_send_peer_gone(void **state)
 	struct peer *p = &f->p;
 	static uint8_t big[3000];
 
-	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
-				  peer_op_arg(p, 0)),
-			 0);
+	peer_send_op(p, big, sizeof(big), 0);
 	peer_pump(f->ctx);
 	peer_ack(p);
 	peer_pump(f->ctx);
@@ -549,9 +539,7 @@ static void test_rndv_send_close_waits_for_fin(void **state)
 	struct peer_frame fr;
 	static uint8_t big[3000];
 
-	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
-				  peer_op_arg(p, 0)),
-			 0);
+	peer_send_op(p, big, sizeof(big), 0);
 	assert_int_equal(evr_conn_close(p->conn, 0), 0);
 	peer_pump(f->ctx);
 	next_msg(p, &fr);
@@ -677,14 +665,10 @@ static void test_ctx_destroy_busy(void **state)
 	assert_non_null(held);
 	peer_rndv_req(p, src, sizeof(src), 5, 1, 0);
 	peer_eager(p, "behind", 6, 0);
-	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
-				  peer_op_arg(p, 0)),
-			 0);
+	peer_send_op(p, big, sizeof(big), 0);
 	peer_pump(f->ctx);
 	peer_ack(p); /* the REQ's send completes; the reads too, unseen */
-	assert_int_equal(evr_send(p->conn, "q", 1, peer_op_cb,
-				  peer_op_arg(p, 1)),
-			 0);
+	peer_send_op(p, "q", 1, 1);
 	evr_ctx_destroy(f->ctx);
 	f->ctx = f->p.ctx = NULL;
 	held = NULL; /* freed with the ctx */
