@@ -125,8 +125,8 @@ void peer_ack(struct peer *p);
 void peer_ack_op(struct peer *p, unsigned i);
 /* Complete every WR of ours still posted (sends and receives) as flushed. */
 void peer_flush(struct peer *p);
-/* The conn has ended (FLUSHING): flush what it posted and pump; then
- * on_close must have fired once, with status. */
+/* The end of a conn: peer_flush and pump; then on_close must have fired
+ * once, with status. */
 void peer_flush_closed(struct peer *p, int status);
 /* Complete our oldest unfinished send WR with status (the rest stays). */
 void peer_fail_send(struct peer *p, enum ibv_wc_status status);

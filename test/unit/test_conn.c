@@ -168,11 +168,8 @@ static void test_close_graceful_waits_for_credits(void **state)
 	assert_int_equal(count_frames(p, EVR_T_BYE), 1);
 	peer_ack(p);
 	peer_pump(f->ctx);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, 0);
 	assert_ops(p, 7, 0);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, 0);
 }
 
 /* Abort: no BYE; queued ops end at once, posted ones when flushed, all
@@ -196,11 +193,8 @@ static void test_close_abort(void **state)
 	assert_int_equal(p->op_calls[7], 1);
 	assert_int_equal(count_frames(p, EVR_T_EAGER), 6);
 	assert_int_equal(count_frames(p, EVR_T_BYE), 0);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ECANCELED);
 	assert_ops(p, 8, -ECANCELED);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ECANCELED);
 	assert_int_equal(p->ops_at_close, 8);
 }
 
@@ -235,11 +229,8 @@ static void test_peer_bye_races_disconnect(void **state)
 	mock_cm_event(p->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
 	assert_int_equal(evr_ctx_process(f->ctx), 0);
 	peer_pump(f->ctx);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ESHUTDOWN);
 	assert_int_equal(p->nmsgs, 1);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ESHUTDOWN);
 }
 
 /* The peer vanished (no BYE): -ECONNRESET, for the flushed ops as well;
@@ -256,12 +247,9 @@ static void test_peer_vanished(void **state)
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
 	assert_int_equal(p->nop_calls, 0);
 	mock_cm_event(p->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ECONNRESET);
 	assert_ops(p, 3, -ECONNRESET);
 	assert_int_equal(p->nop_calls, 3);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ECONNRESET);
 	assert_int_equal(p->ops_at_close, 3);
 }
 
@@ -279,11 +267,8 @@ static void test_failed_completion(void **state)
 	assert_int_equal(p->op_calls[0], 1);
 	assert_int_equal(p->op_status[0], -ETIMEDOUT);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ETIMEDOUT);
 	assert_ops(p, 3, -ETIMEDOUT);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ETIMEDOUT);
 }
 
 /* A remote operational error is the peer's end failing: the op keeps
@@ -297,12 +282,9 @@ static void test_failed_completion_remote(void **state)
 	peer_pump(f->ctx);
 	peer_fail_send(p, IBV_WC_REM_OP_ERR);
 	peer_pump(f->ctx);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ECONNRESET);
 	assert_int_equal(p->op_calls[0], 1);
 	assert_int_equal(p->op_status[0], -EREMOTEIO);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ECONNRESET);
 }
 
 /* Unsignaled sends: a flush completes each, once. */
@@ -371,11 +353,8 @@ static void test_close_timeout(void **state)
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
 	assert_int_equal(mock_id_of(p->id)->disconnect, 1);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ETIMEDOUT);
 	assert_ops(p, 1, -ETIMEDOUT);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ETIMEDOUT);
 }
 
 /* Closing while the route resolves (QP made, receives posted): on_connect
@@ -554,11 +533,8 @@ static void test_abort_in_recv(void **state)
 	peer_eager(p, "3", 1, 0);
 	peer_pump(f->ctx);
 	assert_int_equal(p->nmsgs, 1);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ECANCELED);
 	assert_int_equal(p->nmsgs, 1);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ECANCELED);
 }
 
 static unsigned close_cb_calls;
