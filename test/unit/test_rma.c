@@ -67,6 +67,14 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* Pump; then the next WR our side posted must be of this opcode. */
+static void next_wr(struct peer *p, struct peer_frame *fr, int opcode)
+{
+	peer_pump(p->ctx);
+	assert_true(peer_next(p, fr));
+	assert_int_equal(fr->wr.opcode, opcode);
+}
+
 static void test_write(void **state)
 {
 	struct fix *f = *state;
@@ -81,9 +89,7 @@ static void test_write(void **state)
 	assert_int_equal(evr_write(p->conn, f->mr, 16, &f->rk, 32, 100,
 				   peer_op_cb, peer_op_arg(p, 0)),
 			 0);
-	peer_pump(f->ctx);
-	assert_true(peer_next(p, &fr));
-	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_WRITE);
+	next_wr(p, &fr, IBV_WR_RDMA_WRITE);
 	assert_int_equal(fr.wr.laddr, (uintptr_t)f->local + 16);
 	assert_int_equal(fr.wr.lkey, mr->lkey);
 	assert_int_equal(fr.wr.raddr, (uintptr_t)f->remote + 32);
@@ -109,9 +115,7 @@ static void test_read(void **state)
 	assert_int_equal(evr_read(p->conn, f->mr, 0, &f->rk, 200, 56,
 				  peer_op_cb, peer_op_arg(p, 0)),
 			 0);
-	peer_pump(f->ctx);
-	assert_true(peer_next(p, &fr));
-	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_READ);
+	next_wr(p, &fr, IBV_WR_RDMA_READ);
 	assert_int_equal(fr.wr.raddr, (uintptr_t)f->remote + 200);
 	assert_int_equal(fr.wr.len, 56);
 	peer_ack_op(p, 0);
@@ -130,9 +134,7 @@ static void test_write_imm(void **state)
 				       0x01020304, peer_op_cb,
 				       peer_op_arg(p, 0)),
 			 0);
-	peer_pump(f->ctx);
-	assert_true(peer_next(p, &fr));
-	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+	next_wr(p, &fr, IBV_WR_RDMA_WRITE_WITH_IMM);
 	assert_int_equal(fr.wr.imm, htobe32(0x01020304));
 	assert_int_equal(peer_send_credits(p->conn), before - 1);
 	peer_ack_op(p, 0);
@@ -158,9 +160,7 @@ static void test_atomics(void **state)
 	assert_int_equal(evr_cmp_swap(p->conn, f->mr, 8, &f->rk, 8, 42, 7,
 				      peer_op_cb, peer_op_arg(p, 1)),
 			 0);
-	peer_pump(f->ctx);
-	assert_true(peer_next(p, &fr));
-	assert_int_equal(fr.wr.opcode, IBV_WR_ATOMIC_FETCH_AND_ADD);
+	next_wr(p, &fr, IBV_WR_ATOMIC_FETCH_AND_ADD);
 	assert_int_equal(fr.wr.raddr, (uintptr_t)f->remote + 8);
 	assert_int_equal(fr.wr.rkey, 0x7777);
 	assert_int_equal(fr.wr.compare_add, 2);
