@@ -68,6 +68,19 @@ int client_connect(struct pconn *pc, enum kind kind,
 	return rc;
 }
 
+/* pc's connect ended with status < 0: the conn is gone; the run fails
+ * (reported once). */
+void client_connect_failed(struct pconn *pc, int status)
+{
+	struct perf *p = pc->p;
+
+	pc->conn = NULL;
+	pc->ph = PH_CLOSED;
+	if (!p->failed)
+		client_fail(p, "connect to %s:%d: %s", p->o.addr, p->o.port,
+			    evr_strerror(status));
+}
+
 /* The end of the measured interval. */
 void take_end(struct perf *p)
 {

@@ -22,11 +22,7 @@ static void cc_on_connect(evr_conn *conn, int status, void *arg)
 
 	p->events++;
 	if (status < 0) {
-		pc->conn = NULL;
-		pc->ph = PH_CLOSED;
-		if (!p->failed)
-			client_fail(p, "connect to %s:%d: %s", p->o.addr,
-				    p->o.port, evr_strerror(status));
+		client_connect_failed(pc, status);
 		return;
 	}
 	if (lat_add(p, (double)(now_ns() - pc->t_conn) / 1e3) < 0) {

@@ -199,12 +199,8 @@ static void on_connect(evr_conn *conn, int status, void *arg)
 
 	p->events++;
 	if (status < 0) {
-		pc->conn = NULL;
-		pc->ph = PH_CLOSED;
 		p->nclosed++;
-		if (!p->failed)
-			client_fail(p, "connect to %s:%d: %s", p->o.addr,
-				    p->o.port, evr_strerror(status));
+		client_connect_failed(pc, status);
 		return;
 	}
 	if (!p->mr) {

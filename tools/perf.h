@@ -177,6 +177,7 @@ void client_fail(struct perf *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 int client_connect(struct pconn *pc, enum kind kind,
 		   evr_connect_cb on_connect, evr_close_cb on_close);
+void client_connect_failed(struct pconn *pc, int status);
 void run_start(struct perf *p);
 void take_end(struct perf *p);
 void data_done(struct pconn *pc);

@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -49,6 +50,12 @@ void peer_ctx_free(evr_ctx *ctx)
 	mock_reset();
 }
 
+void peer_mocks_reset(void)
+{
+	mock_reset();
+	mock_cm_reset();
+}
+
 void peer_pump(evr_ctx *ctx)
 {
 	int i;
@@ -58,6 +65,21 @@ void peer_pump(evr_ctx *ctx)
 }
 
 /* ---- callbacks ---- */
+
+void peer_sleep_ms(unsigned ms)
+{
+	struct timespec ts = {0, (long)ms * 1000000};
+
+	nanosleep(&ts, NULL);
+}
+
+unsigned peer_send_credits(evr_conn *c)
+{
+	struct evr_conn_info info;
+
+	assert_int_equal(evr_conn_info(c, &info), 0);
+	return info.send_credits;
+}
 
 static void on_connect(evr_conn *c, int status, void *arg)
 {
@@ -136,6 +158,13 @@ void peer_op_cb(evr_conn *c, int status, void *arg)
 
 /* ---- set up ---- */
 
+void peer_send_op(struct peer *p, const void *data, size_t len, unsigned i)
+{
+	assert_int_equal(evr_send(p->conn, data, len, peer_op_cb,
+				  peer_op_arg(p, i)),
+			 0);
+}
+
 void peer_init(struct peer *p, evr_ctx *ctx)
 {
 	memset(p, 0, sizeof(*p));
@@ -164,6 +193,20 @@ void peer_fini(struct peer *p)
 	for (i = 0; i < p->nmsgs; i++)
 		free(p->msgs[i].data);
 	p->nmsgs = 0;
+}
+
+evr_ctx *peer_start(struct peer *p, const struct evr_ctx_opts *o)
+{
+	evr_ctx *ctx = peer_ctx_new(o);
+
+	peer_init(p, ctx);
+	return ctx;
+}
+
+void peer_stop(struct peer *p)
+{
+	peer_ctx_free(p->ctx);
+	peer_fini(p);
 }
 
 size_t peer_hs(const struct peer *p, uint8_t kind, uint8_t *buf)
@@ -353,6 +396,14 @@ void peer_ack(struct peer *p)
 	}
 }
 
+void peer_ack_op(struct peer *p, unsigned i)
+{
+	peer_ack(p);
+	peer_pump(p->ctx);
+	assert_int_equal(p->op_calls[i], 1);
+	assert_int_equal(p->op_status[i], 0);
+}
+
 void peer_fail_send(struct peer *p, enum ibv_wc_status status)
 {
 	for (; p->done < mock_wrs.nsend; p->done++) {
@@ -383,6 +434,14 @@ void peer_flush(struct peer *p)
 			push_wc(p, w->wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV,
 				0, 0);
 	}
+}
+
+void peer_flush_closed(struct peer *p, int status)
+{
+	peer_flush(p);
+	peer_pump(p->ctx);
+	assert_int_equal(p->closes, 1);
+	assert_int_equal(p->close_status, status);
 }
 
 unsigned peer_recvs_posted(const struct peer *p)

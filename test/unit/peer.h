@@ -85,14 +85,26 @@ void peer_ctx_opts(struct evr_ctx_opts *o);
 evr_ctx *peer_ctx_new(const struct evr_ctx_opts *o);
 /* Destroy the ctx, then free the mocks' leftovers. */
 void peer_ctx_free(evr_ctx *ctx);
+/* Fresh mocks: mock_verbs and mock_cm reset. */
+void peer_mocks_reset(void);
 /* Run the ctx until it settles. */
 void peer_pump(evr_ctx *ctx);
+/* Sleep ms milliseconds (to let a timer of the ctx expire). */
+void peer_sleep_ms(unsigned ms);
+/* The conn's send credits, from evr_conn_info. */
+unsigned peer_send_credits(evr_conn *c);
 
 /* A peer with the default handshake (8 receives, 1 KiB eager, 1 MiB
  * messages) and its conn options (callbacks recorded in p). */
 void peer_init(struct peer *p, evr_ctx *ctx);
 void peer_conn_opts(struct peer *p, struct evr_conn_opts *o);
 void peer_fini(struct peer *p);
+/* A ctx on the mocks as they stand (peer_ctx_new(o)) and p a peer on it
+ * (peer_init); returns the ctx. */
+evr_ctx *peer_start(struct peer *p, const struct evr_ctx_opts *o);
+/* Undo peer_start: peer_ctx_free(p->ctx) (a test that destroyed the ctx
+ * itself sets p->ctx NULL), then peer_fini(p). */
+void peer_stop(struct peer *p);
 /* The handshake the peer sends, encoded (kind: EVR_HS_REQ or _REP). */
 size_t peer_hs(const struct peer *p, uint8_t kind, uint8_t *buf);
 /* An established conn: ours connects (connect) or accepts (accept). */
@@ -108,8 +120,14 @@ unsigned peer_unread(const struct peer *p);
  * READs, WRITEs and atomics are carried out on the test's memory at
  * wr.raddr. */
 void peer_ack(struct peer *p);
+/* peer_ack and pump: then the callback of op i (peer_op_arg(p, i)) must
+ * have fired once, with 0. */
+void peer_ack_op(struct peer *p, unsigned i);
 /* Complete every WR of ours still posted (sends and receives) as flushed. */
 void peer_flush(struct peer *p);
+/* The end of a conn: peer_flush and pump; then on_close must have fired
+ * once, with status. */
+void peer_flush_closed(struct peer *p, int status);
 /* Complete our oldest unfinished send WR with status (the rest stays). */
 void peer_fail_send(struct peer *p, enum ibv_wc_status status);
 
@@ -133,5 +151,7 @@ unsigned peer_recvs_posted(const struct peer *p);
 /* The arg for an evr_op_cb that records op i in p (peer_op_cb). */
 void *peer_op_arg(struct peer *p, unsigned i);
 void peer_op_cb(evr_conn *c, int status, void *arg);
+/* evr_send on p's conn as op i (recorded in p); it must return 0. */
+void peer_send_op(struct peer *p, const void *data, size_t len, unsigned i);
 
 #endif

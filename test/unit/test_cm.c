@@ -22,7 +22,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
@@ -38,10 +37,8 @@ static struct fix *new_fix(const struct evr_ctx_opts *o)
 	struct fix *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	mock_reset();
-	mock_cm_reset();
-	f->ctx = peer_ctx_new(o);
-	peer_init(&f->p, f->ctx);
+	peer_mocks_reset();
+	f->ctx = peer_start(&f->p, o);
 	return f;
 }
 
@@ -65,17 +62,9 @@ static int teardown(void **state)
 {
 	struct fix *f = *state;
 
-	peer_ctx_free(f->ctx);
-	peer_fini(&f->p);
+	peer_stop(&f->p);
 	free(f);
 	return 0;
-}
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = {0, (long)ms * 1000000};
-
-	nanosleep(&ts, NULL);
 }
 
 /* Connect and drive the conn to state `to` (RESOLVING_ADDR,
@@ -98,6 +87,30 @@ static void connect_to(struct peer *p, enum evr__conn_state to)
 		peer_pump(p->ctx);
 	}
 	assert_int_equal(p->conn->state, to);
+}
+
+/* The handshake of kind that our side sent through m: the ctx's
+ * defaults (8 receives, 1 KiB eager, 1 MiB messages). */
+static void assert_hs_sent(struct mock_id *m, uint8_t kind,
+			   struct evr__hs *hs)
+{
+	const char *why;
+
+	assert_int_equal(evr__hs_decode(m->pd, m->pdlen, hs, &why), 0);
+	assert_int_equal(hs->kind, kind);
+	assert_int_equal(hs->recv_depth, 8);
+	assert_int_equal(hs->max_eager, 1024);
+	assert_int_equal(hs->max_msg, 1u << 20);
+}
+
+/* The peer's ESTABLISHED event (no private data: the passive side's):
+ * on_connect(0) once. */
+static void established(struct peer *p)
+{
+	mock_cm_event(p->id, RDMA_CM_EVENT_ESTABLISHED, 0, NULL, 0);
+	peer_pump(p->ctx);
+	assert_int_equal(p->connects, 1);
+	assert_int_equal(p->connect_status, 0);
 }
 
 /* The conn ends before it was up: on_connect(status) once, no on_close,
@@ -129,7 +142,6 @@ static void test_connect_path(void **state)
 	struct evr_conn_info info;
 	struct mock_id *m;
 	struct evr__hs hs;
-	const char *why;
 	uint8_t rep[EVR_HS_MAX];
 
 	peer_conn_opts(p, &o);
@@ -157,11 +169,7 @@ static void test_connect_path(void **state)
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_CONNECTING);
 	assert_int_equal(m->connect, 1);
-	assert_int_equal(evr__hs_decode(m->pd, m->pdlen, &hs, &why), 0);
-	assert_int_equal(hs.kind, EVR_HS_REQ);
-	assert_int_equal(hs.recv_depth, 8);
-	assert_int_equal(hs.max_eager, 1024);
-	assert_int_equal(hs.max_msg, 1u << 20);
+	assert_hs_sent(m, EVR_HS_REQ, &hs);
 	assert_int_equal(hs.user_len, 5);
 	assert_memory_equal(hs.user, "hello", 5);
 	assert_int_equal(m->param.retry_count, 6);
@@ -196,9 +204,7 @@ static void test_send_before_established(void **state)
 	uint8_t rep[EVR_HS_MAX];
 
 	connect_to(p, EVR_CS_RESOLVING_ADDR);
-	assert_int_equal(evr_send(p->conn, "early", 5, peer_op_cb,
-				  peer_op_arg(p, 0)),
-			 0);
+	peer_send_op(p, "early", 5, 0);
 	mock_cm_event(p->id, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
 	mock_cm_event(p->id, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
 	peer_pump(f->ctx);
@@ -353,7 +359,7 @@ static void test_connect_timeout(void **state)
 		connect_to(&p, in[i]);
 		peer_pump(f->ctx);
 		assert_int_equal(p.connects, 0);
-		sleep_ms(150);
+		peer_sleep_ms(150);
 		expect_connect_fails(&p, -ETIMEDOUT);
 		peer_fini(&p);
 	}
@@ -368,7 +374,7 @@ static void test_late_events(void **state)
 	uint8_t rep[EVR_HS_MAX];
 
 	connect_to(p, EVR_CS_CONNECTING);
-	sleep_ms(150);
+	peer_sleep_ms(150);
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
 	mock_cm_event(p->id, RDMA_CM_EVENT_ESTABLISHED, 0, rep,
@@ -522,6 +528,17 @@ static struct rdma_cm_id *request(struct fix *f, const char *user)
 			       evr__hs_encode(buf, &hs));
 }
 
+/* A request that the listener accepts: the conn, in ACCEPTING, is p's. */
+static void accepting(struct fix *f)
+{
+	struct peer *p = &f->p;
+
+	p->id = request(f, "");
+	peer_pump(f->ctx);
+	p->conn = acc.conn;
+	p->qp = p->id->qp;
+}
+
 /* The REJ handshake in the private data of a reject, with its reason. */
 static void assert_rejected(struct rdma_cm_id *id, const char *why)
 {
@@ -544,7 +561,6 @@ static void test_accept(void **state)
 	struct peer *p = &f->p;
 	evr_listener *l = listen_on(f, 0);
 	struct evr__hs hs;
-	const char *why;
 	struct mock_id *m;
 
 	p->id = request(f, "abc");
@@ -558,17 +574,10 @@ static void test_accept(void **state)
 	p->qp = p->id->qp;
 	assert_int_equal(p->conn->state, EVR_CS_ACCEPTING);
 	assert_int_equal(m->accept, 1);
-	assert_int_equal(evr__hs_decode(m->pd, m->pdlen, &hs, &why), 0);
-	assert_int_equal(hs.kind, EVR_HS_REP);
-	assert_int_equal(hs.recv_depth, 8);
-	assert_int_equal(hs.max_eager, 1024);
-	assert_int_equal(hs.max_msg, 1u << 20);
+	assert_hs_sent(m, EVR_HS_REP, &hs);
 	assert_int_equal(peer_recvs_posted(p), 8);
 	assert_int_equal(p->connects, 0);
-	mock_cm_event(p->id, RDMA_CM_EVENT_ESTABLISHED, 0, NULL, 0);
-	peer_pump(f->ctx);
-	assert_int_equal(p->connects, 1);
-	assert_int_equal(p->connect_status, 0);
+	established(p);
 	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
 	evr_listener_close(l);
 }
@@ -581,10 +590,7 @@ static void test_accept_early_receives(void **state)
 	struct peer *p = &f->p;
 	evr_listener *l = listen_on(f, 0);
 
-	p->id = request(f, "");
-	peer_pump(f->ctx);
-	p->conn = acc.conn;
-	p->qp = p->id->qp;
+	accepting(f);
 	peer_eager(p, "one", 3, 0);
 	peer_eager(p, "two", 3, 0);
 	peer_pump(f->ctx);
@@ -653,10 +659,7 @@ static void test_listener_closed_in_callback(void **state)
 	assert_int_equal(acc.rc, 0);
 	p->conn = acc.conn;
 	p->qp = p->id->qp;
-	mock_cm_event(p->id, RDMA_CM_EVENT_ESTABLISHED, 0, NULL, 0);
-	peer_pump(f->ctx);
-	assert_int_equal(p->connects, 1);
-	assert_int_equal(p->connect_status, 0);
+	established(p);
 }
 
 /* The accept bound: the peer, told it was accepted, is disconnected. */
@@ -666,11 +669,8 @@ static void test_accept_timeout(void **state)
 	struct peer *p = &f->p;
 	evr_listener *l = listen_on(f, 0);
 
-	p->id = request(f, "");
-	peer_pump(f->ctx);
-	p->conn = acc.conn;
-	p->qp = p->id->qp;
-	sleep_ms(150);
+	accepting(f);
+	peer_sleep_ms(150);
 	peer_pump(f->ctx);
 	assert_int_equal(mock_id_of(p->id)->disconnect, 1);
 	peer_flush(p);
@@ -689,10 +689,7 @@ static void test_disconnect_while_accepting(void **state)
 	struct peer *p = &f->p;
 	evr_listener *l = listen_on(f, 0);
 
-	p->id = request(f, "");
-	peer_pump(f->ctx);
-	p->conn = acc.conn;
-	p->qp = p->id->qp;
+	accepting(f);
 	mock_cm_event(p->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
 	peer_pump(f->ctx);
 	peer_flush(p);

@@ -25,7 +25,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
@@ -34,6 +33,7 @@
 struct fix {
 	evr_ctx *ctx;
 	struct peer p, q;
+	const struct bad_frame *bad; /* test_bad_frame's case */
 };
 
 static struct fix *new_fix(const struct evr_ctx_opts *o)
@@ -41,10 +41,8 @@ static struct fix *new_fix(const struct evr_ctx_opts *o)
 	struct fix *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	mock_reset();
-	mock_cm_reset();
-	f->ctx = peer_ctx_new(o);
-	peer_init(&f->p, f->ctx);
+	peer_mocks_reset();
+	f->ctx = peer_start(&f->p, o);
 	peer_init(&f->q, f->ctx);
 	return f;
 }
@@ -69,18 +67,10 @@ static int teardown(void **state)
 {
 	struct fix *f = *state;
 
-	peer_ctx_free(f->ctx);
-	peer_fini(&f->p);
+	peer_stop(&f->p);
 	peer_fini(&f->q);
 	free(f);
 	return 0;
-}
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = {0, (long)ms * 1000000};
-
-	nanosleep(&ts, NULL);
 }
 
 /* Frames of the peer's reading from now on, by type; the others counted. */
@@ -92,14 +82,6 @@ static unsigned count_frames(struct peer *p, uint8_t type)
 	while (peer_next(p, &fr))
 		n += fr.parsed && fr.msg.hdr.type == type;
 	return n;
-}
-
-static unsigned credits(evr_conn *c)
-{
-	struct evr_conn_info info;
-
-	assert_int_equal(evr_conn_info(c, &info), 0);
-	return info.send_credits;
 }
 
 static void send_n(struct peer *p, unsigned from, unsigned n)
@@ -152,10 +134,7 @@ static void test_close_graceful(void **state)
 	assert_int_equal(mock_qp_state(qp), IBV_QPS_ERR);
 	assert_int_equal(mock_id_of(id)->disconnect, 1);
 	assert_int_equal(p->closes, 0); /* receives still posted */
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, 0);
+	peer_flush_closed(p, 0);
 	assert_int_equal(p->close_state, EVR_CS_FLUSHING);
 	assert_int_equal(p->ops_at_close, 2);
 	assert_true(mock_qp_destroyed(qp));
@@ -189,11 +168,8 @@ static void test_close_graceful_waits_for_credits(void **state)
 	assert_int_equal(count_frames(p, EVR_T_BYE), 1);
 	peer_ack(p);
 	peer_pump(f->ctx);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, 0);
 	assert_ops(p, 7, 0);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, 0);
 }
 
 /* Abort: no BYE; queued ops end at once, posted ones when flushed, all
@@ -217,11 +193,8 @@ static void test_close_abort(void **state)
 	assert_int_equal(p->op_calls[7], 1);
 	assert_int_equal(count_frames(p, EVR_T_EAGER), 6);
 	assert_int_equal(count_frames(p, EVR_T_BYE), 0);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ECANCELED);
 	assert_ops(p, 8, -ECANCELED);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ECANCELED);
 	assert_int_equal(p->ops_at_close, 8);
 }
 
@@ -240,10 +213,7 @@ static void test_peer_bye(void **state)
 	mock_cm_event(p->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ESHUTDOWN);
+	peer_flush_closed(p, -ESHUTDOWN);
 	assert_memory_equal(p->msgs[0].data, "last words", 10);
 }
 
@@ -259,11 +229,8 @@ static void test_peer_bye_races_disconnect(void **state)
 	mock_cm_event(p->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
 	assert_int_equal(evr_ctx_process(f->ctx), 0);
 	peer_pump(f->ctx);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ESHUTDOWN);
 	assert_int_equal(p->nmsgs, 1);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ESHUTDOWN);
 }
 
 /* The peer vanished (no BYE): -ECONNRESET, for the flushed ops as well;
@@ -280,12 +247,9 @@ static void test_peer_vanished(void **state)
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
 	assert_int_equal(p->nop_calls, 0);
 	mock_cm_event(p->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ECONNRESET);
 	assert_ops(p, 3, -ECONNRESET);
 	assert_int_equal(p->nop_calls, 3);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ECONNRESET);
 	assert_int_equal(p->ops_at_close, 3);
 }
 
@@ -303,11 +267,8 @@ static void test_failed_completion(void **state)
 	assert_int_equal(p->op_calls[0], 1);
 	assert_int_equal(p->op_status[0], -ETIMEDOUT);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ETIMEDOUT);
 	assert_ops(p, 3, -ETIMEDOUT);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ETIMEDOUT);
 }
 
 /* A remote operational error is the peer's end failing: the op keeps
@@ -321,12 +282,9 @@ static void test_failed_completion_remote(void **state)
 	peer_pump(f->ctx);
 	peer_fail_send(p, IBV_WC_REM_OP_ERR);
 	peer_pump(f->ctx);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ECONNRESET);
 	assert_int_equal(p->op_calls[0], 1);
 	assert_int_equal(p->op_status[0], -EREMOTEIO);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ECONNRESET);
 }
 
 /* Unsignaled sends: a flush completes each, once. */
@@ -370,10 +328,7 @@ static void test_post_send_fails(void **state)
 	mock.post_send_rc = 0;
 	assert_ops(p, 2, -ENOMEM);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ENOMEM);
+	peer_flush_closed(p, -ENOMEM);
 }
 
 /* A graceful close that cannot drain ends at close_timeout_ms: the
@@ -394,15 +349,12 @@ static void test_close_timeout(void **state)
 	assert_int_equal(evr_conn_close(p->conn, 0), 0);
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_CLOSING);
-	sleep_ms(150);
+	peer_sleep_ms(150);
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
 	assert_int_equal(mock_id_of(p->id)->disconnect, 1);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ETIMEDOUT);
 	assert_ops(p, 1, -ETIMEDOUT);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ETIMEDOUT);
 }
 
 /* Closing while the route resolves (QP made, receives posted): on_connect
@@ -509,7 +461,7 @@ static void test_ctx_destroy_open_conn(void **state)
 	send_n(p, 0, 8);
 	peer_pump(f->ctx);
 	evr_ctx_destroy(f->ctx);
-	f->ctx = NULL;
+	f->ctx = f->p.ctx = NULL;
 	assert_ops(p, 8, -ECANCELED);
 	assert_int_equal(p->nop_calls, 8);
 	assert_int_equal(p->closes, 1);
@@ -535,30 +487,27 @@ static void test_keepalive(void **state)
 	p = &f->p;
 	p->keepalive_ms = 50;
 	peer_connect(p);
-	cr = credits(p->conn);
-	sleep_ms(80);
+	cr = peer_send_credits(p->conn);
+	peer_sleep_ms(80);
 	peer_pump(f->ctx);
 	assert_true(peer_next(p, &fr));
 	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_WRITE);
 	assert_int_equal(fr.wr.len, 0);
 	assert_false(peer_next(p, &fr));
-	assert_int_equal(credits(p->conn), cr);
+	assert_int_equal(peer_send_credits(p->conn), cr);
 	evr_ctx_stats(f->ctx, &st);
 	assert_int_equal(st.keepalive_probes, 1);
 	peer_ack(p);
 	peer_pump(f->ctx);
-	sleep_ms(80); /* acknowledged: no timeout, a new probe */
+	peer_sleep_ms(80); /* acknowledged: no timeout, a new probe */
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
 	assert_true(peer_next(p, &fr));
 	assert_int_equal(fr.wr.len, 0);
-	sleep_ms(250); /* this one is never answered */
+	peer_sleep_ms(250); /* this one is never answered */
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ETIMEDOUT);
+	peer_flush_closed(p, -ETIMEDOUT);
 }
 
 /* Closing from the callbacks themselves. */
@@ -584,11 +533,8 @@ static void test_abort_in_recv(void **state)
 	peer_eager(p, "3", 1, 0);
 	peer_pump(f->ctx);
 	assert_int_equal(p->nmsgs, 1);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ECANCELED);
 	assert_int_equal(p->nmsgs, 1);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ECANCELED);
 }
 
 static unsigned close_cb_calls;
@@ -685,10 +631,7 @@ static void expect_eproto(struct fix *f)
 	peer_pump(f->ctx);
 	assert_non_null(p->conn);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -EPROTO);
+	peer_flush_closed(p, -EPROTO);
 	assert_int_equal(p->nmsgs, 0);
 	/* the other conn of the ctx is untouched */
 	assert_int_equal(q->conn->state, EVR_CS_ESTABLISHED);
@@ -706,6 +649,7 @@ static int setup_two(void **state)
 {
 	struct fix *f = new_fix(NULL);
 
+	f->bad = *state; /* the case's initial state, if any */
 	peer_connect(&f->p);
 	peer_connect(&f->q);
 	*state = f;
@@ -717,22 +661,6 @@ static void test_bad_short_header(void **state)
 	struct fix *f = *state;
 
 	peer_raw(&f->p, "\x01\x00\x00", 3);
-	expect_eproto(f);
-}
-
-static void test_bad_type(void **state)
-{
-	struct fix *f = *state;
-
-	peer_frame(&f->p, 9, 0, NULL, 0);
-	expect_eproto(f);
-}
-
-static void test_bad_type_zero(void **state)
-{
-	struct fix *f = *state;
-
-	peer_frame(&f->p, 0, 0, "abc", 3);
 	expect_eproto(f);
 }
 
@@ -759,12 +687,27 @@ static void test_bad_eager_size(void **state)
 	expect_eproto(f);
 }
 
-/* A rendezvous request with a short body. */
-static void test_bad_rndv_body(void **state)
+/* Frames the peer must not send, each a case of its own (the case is the
+ * initial state, kept by setup_two). */
+static const struct bad_frame {
+	const char *name;
+	uint8_t type;
+	const char *body;
+	uint32_t blen;
+} bad_frames[] = {
+	{"test_bad_type", 9, NULL, 0}, /* no such type */
+	{"test_bad_type_zero", 0, "abc", 3},
+	/* a rendezvous request with a short body */
+	{"test_bad_rndv_body", EVR_T_RNDV_REQ, "short", 5},
+	/* a control message with a body it must not have */
+	{"test_bad_credit_body", EVR_T_CREDIT, "xx", 2},
+};
+
+static void test_bad_frame(void **state)
 {
 	struct fix *f = *state;
 
-	peer_frame(&f->p, EVR_T_RNDV_REQ, 0, "short", 5);
+	peer_frame(&f->p, f->bad->type, 0, f->bad->body, f->bad->blen);
 	expect_eproto(f);
 }
 
@@ -787,15 +730,6 @@ static void test_bad_fin(void **state)
 	expect_eproto(f);
 }
 
-/* A control message with a body it must not have. */
-static void test_bad_credit_body(void **state)
-{
-	struct fix *f = *state;
-
-	peer_frame(&f->p, EVR_T_CREDIT, 0, "xx", 2);
-	expect_eproto(f);
-}
-
 /* A receive that failed (a message too large for the buffer). */
 static void test_bad_recv_status(void **state)
 {
@@ -815,6 +749,10 @@ static void test_bad_recv_status(void **state)
 	p->recv_next = i + 1;
 	expect_eproto(f);
 }
+
+#define BAD_FRAME_CASE(i)                                                     \
+	{bad_frames[i].name, test_bad_frame, setup_two, teardown,             \
+	 (void *)&bad_frames[i]}
 
 int main(void)
 {
@@ -855,22 +793,18 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_short_header,
 						setup_two, teardown),
-		cmocka_unit_test_setup_teardown(test_bad_type, setup_two,
-						teardown),
-		cmocka_unit_test_setup_teardown(test_bad_type_zero, setup_two,
-						teardown),
+		BAD_FRAME_CASE(0),
+		BAD_FRAME_CASE(1),
 		cmocka_unit_test_setup_teardown(test_bad_length, setup_two,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_bad_eager_size, setup_two,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_bad_rndv_body, setup_two,
-						teardown),
+		BAD_FRAME_CASE(2),
 		cmocka_unit_test_setup_teardown(test_bad_rndv_size, setup_two,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_bad_fin, setup_two,
 						teardown),
-		cmocka_unit_test_setup_teardown(test_bad_credit_body, setup_two,
-						teardown),
+		BAD_FRAME_CASE(3),
 		cmocka_unit_test_setup_teardown(test_bad_recv_status, setup_two,
 						teardown),
 	};

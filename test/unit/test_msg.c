@@ -35,18 +35,25 @@ struct fix {
 	struct peer p;
 };
 
-static int setup_opts(void **state, const struct evr_ctx_opts *o)
+/* port_max_msg_sz: what the port carries in one message (0: the mock's
+ * default). */
+static int setup_port(void **state, const struct evr_ctx_opts *o,
+		      uint32_t port_max_msg_sz)
 {
 	struct fix *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
-	mock_reset();
-	mock_cm_reset();
-	f->ctx = peer_ctx_new(o);
-	peer_init(&f->p, f->ctx);
+	peer_mocks_reset();
+	mock_cm.port_max_msg_sz = port_max_msg_sz;
+	f->ctx = peer_start(&f->p, o);
 	peer_connect(&f->p);
 	*state = f;
 	return 0;
+}
+
+static int setup_opts(void **state, const struct evr_ctx_opts *o)
+{
+	return setup_port(state, o, 0);
 }
 
 static int setup(void **state)
@@ -57,27 +64,14 @@ static int setup(void **state)
 /* The port carries at most 64 KiB in one RDMA READ. */
 static int setup_small_port(void **state)
 {
-	mock_cm_reset();
-	mock_cm.port_max_msg_sz = 64 << 10;
-	{
-		struct fix *f = calloc(1, sizeof(*f));
-
-		assert_non_null(f);
-		mock_reset();
-		f->ctx = peer_ctx_new(NULL);
-		peer_init(&f->p, f->ctx);
-		peer_connect(&f->p);
-		*state = f;
-	}
-	return 0;
+	return setup_port(state, NULL, 64 << 10);
 }
 
 static int teardown(void **state)
 {
 	struct fix *f = *state;
 
-	peer_ctx_free(f->ctx);
-	peer_fini(&f->p);
+	peer_stop(&f->p);
 	free(f);
 	return 0;
 }
@@ -90,14 +84,6 @@ static void next_msg(struct peer *p, struct peer_frame *fr)
 	assert_true(fr->parsed);
 }
 
-static unsigned send_credits(evr_conn *c)
-{
-	struct evr_conn_info info;
-
-	assert_int_equal(evr_conn_info(c, &info), 0);
-	return info.send_credits;
-}
-
 /* An eager message goes out as one SEND: header and bytes; its callback
  * fires once, with 0, when the SEND completes (not before). */
 static void test_eager_send(void **state)
@@ -107,9 +93,7 @@ static void test_eager_send(void **state)
 	struct peer_frame fr;
 	const char msg[] = "hello, peer";
 
-	assert_int_equal(evr_send(p->conn, msg, sizeof(msg), peer_op_cb,
-				  peer_op_arg(p, 0)),
-			 0);
+	peer_send_op(p, msg, sizeof(msg), 0);
 	assert_int_equal(peer_unread(p), 0); /* never inside the call */
 	peer_pump(f->ctx);
 	next_msg(p, &fr);
@@ -119,10 +103,7 @@ static void test_eager_send(void **state)
 	assert_int_equal(fr.msg.hdr.credits, 0); /* nothing owed yet */
 	assert_false(peer_next(p, &fr));
 	assert_int_equal(p->op_calls[0], 0);
-	peer_ack(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->op_calls[0], 1);
-	assert_int_equal(p->op_status[0], 0);
+	peer_ack_op(p, 0);
 }
 
 /* The peer posts 8 receives and keeps 2 for control messages: 6 data
@@ -150,7 +131,7 @@ static void test_credit_stop_and_resume(void **state)
 		n++;
 	}
 	assert_int_equal(n, 6);
-	assert_int_equal(send_credits(p->conn), 2);
+	assert_int_equal(peer_send_credits(p->conn), 2);
 	/* completions are not credits: still stopped */
 	peer_ack(p);
 	peer_pump(f->ctx);
@@ -231,10 +212,7 @@ static void test_credit_overflow(void **state)
 	peer_credit(p, 1); /* nothing was sent */
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -EPROTO);
+	peer_flush_closed(p, -EPROTO);
 }
 
 /* A message above the eager size goes by rendezvous: the REQ names our
@@ -250,9 +228,7 @@ static void test_rndv_send(void **state)
 	uint32_t id;
 
 	memset(big, 0x5a, sizeof(big));
-	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
-				  peer_op_arg(p, 0)),
-			 0);
+	peer_send_op(p, big, sizeof(big), 0);
 	peer_pump(f->ctx);
 	next_msg(p, &fr);
 	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_REQ);
@@ -272,9 +248,7 @@ static void test_rndv_send(void **state)
 	assert_int_equal(p->op_status[0], 0);
 
 	/* FIN first, then the completion: the same, once */
-	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
-				  peer_op_arg(p, 1)),
-			 0);
+	peer_send_op(p, big, sizeof(big), 1);
 	peer_pump(f->ctx);
 	next_msg(p, &fr);
 	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_REQ);
@@ -282,10 +256,7 @@ static void test_rndv_send(void **state)
 	peer_fin(p, fr.msg.rndv.id, 0, 0);
 	peer_pump(f->ctx);
 	assert_int_equal(p->op_calls[1], 0);
-	peer_ack(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->op_calls[1], 1);
-	assert_int_equal(p->op_status[1], 0);
+	peer_ack_op(p, 1);
 	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
 }
 
@@ -298,9 +269,7 @@ static void test_rndv_send_fin_error(void **state)
 	struct peer_frame fr;
 	static uint8_t big[3000];
 
-	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
-				  peer_op_arg(p, 0)),
-			 0);
+	peer_send_op(p, big, sizeof(big), 0);
 	peer_pump(f->ctx);
 	next_msg(p, &fr);
 	peer_ack(p);
@@ -395,11 +364,8 @@ static void test_rndv_recv_bad_key(void **state)
 	peer_fail_send(p, IBV_WC_REM_ACCESS_ERR);
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -EPROTO);
 	assert_int_equal(p->nmsgs, 0);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -EPROTO);
 }
 
 /* A held message keeps its bytes and its receive buffer past on_recv; the
@@ -548,9 +514,7 @@ static void test_rndv_send_peer_gone(void **state)
 	struct peer *p = &f->p;
 	static uint8_t big[3000];
 
-	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
-				  peer_op_arg(p, 0)),
-			 0);
+	peer_send_op(p, big, sizeof(big), 0);
 	peer_pump(f->ctx);
 	peer_ack(p);
 	peer_pump(f->ctx);
@@ -572,9 +536,7 @@ static void test_rndv_send_close_waits_for_fin(void **state)
 	struct peer_frame fr;
 	static uint8_t big[3000];
 
-	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
-				  peer_op_arg(p, 0)),
-			 0);
+	peer_send_op(p, big, sizeof(big), 0);
 	assert_int_equal(evr_conn_close(p->conn, 0), 0);
 	peer_pump(f->ctx);
 	next_msg(p, &fr);
@@ -591,10 +553,7 @@ static void test_rndv_send_close_waits_for_fin(void **state)
 	assert_int_equal(fr.msg.hdr.type, EVR_T_BYE);
 	peer_ack(p);
 	peer_pump(f->ctx);
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, 0);
+	peer_flush_closed(p, 0);
 }
 
 /* The conn ends while our rendezvous reads are posted, an eager message
@@ -611,11 +570,8 @@ static void test_rndv_recv_aborted(void **state)
 	assert_true(peer_unread(p) >= 1);
 	assert_int_equal(evr_conn_close(p->conn, EVR_CLOSE_ABORT), 0);
 	peer_pump(f->ctx);
-	peer_flush(p);
-	peer_pump(f->ctx);
+	peer_flush_closed(p, -ECANCELED);
 	assert_int_equal(p->nmsgs, 0);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ECANCELED);
 }
 
 /* A held rendezvous message keeps its bytes after release of the rest,
@@ -683,10 +639,7 @@ static void test_post_recv_fails(void **state)
 	mock.post_recv_rc = 0;
 	assert_int_equal(p->nmsgs, 1);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
-	peer_flush(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->closes, 1);
-	assert_int_equal(p->close_status, -ENOMEM);
+	peer_flush_closed(p, -ENOMEM);
 }
 
 /* Destroying the ctx in the middle of everything: our reads posted, an
@@ -706,16 +659,12 @@ static void test_ctx_destroy_busy(void **state)
 	assert_non_null(held);
 	peer_rndv_req(p, src, sizeof(src), 5, 1, 0);
 	peer_eager(p, "behind", 6, 0);
-	assert_int_equal(evr_send(p->conn, big, sizeof(big), peer_op_cb,
-				  peer_op_arg(p, 0)),
-			 0);
+	peer_send_op(p, big, sizeof(big), 0);
 	peer_pump(f->ctx);
 	peer_ack(p); /* the REQ's send completes; the reads too, unseen */
-	assert_int_equal(evr_send(p->conn, "q", 1, peer_op_cb,
-				  peer_op_arg(p, 1)),
-			 0);
+	peer_send_op(p, "q", 1, 1);
 	evr_ctx_destroy(f->ctx);
-	f->ctx = NULL;
+	f->ctx = f->p.ctx = NULL;
 	held = NULL; /* freed with the ctx */
 	assert_int_equal(p->op_calls[0], 1);
 	assert_int_equal(p->op_status[0], -ECANCELED);

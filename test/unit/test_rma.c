@@ -43,10 +43,8 @@ static int setup(void **state)
 	unsigned i;
 
 	assert_non_null(f);
-	mock_reset();
-	mock_cm_reset();
-	f->ctx = peer_ctx_new(NULL);
-	peer_init(&f->p, f->ctx);
+	peer_mocks_reset();
+	f->ctx = peer_start(&f->p, NULL);
 	peer_connect(&f->p);
 	assert_int_equal(evr_mr_reg(f->ctx, f->local, sizeof(f->local),
 				    EVR_ACCESS_REMOTE_READ, &f->mr),
@@ -64,18 +62,17 @@ static int teardown(void **state)
 {
 	struct fix *f = *state;
 
-	peer_ctx_free(f->ctx);
-	peer_fini(&f->p);
+	peer_stop(&f->p);
 	free(f);
 	return 0;
 }
 
-static unsigned credits(evr_conn *c)
+/* Pump; then the next WR our side posted must be of this opcode. */
+static void next_wr(struct peer *p, struct peer_frame *fr, int opcode)
 {
-	struct evr_conn_info info;
-
-	assert_int_equal(evr_conn_info(c, &info), 0);
-	return info.send_credits;
+	peer_pump(p->ctx);
+	assert_true(peer_next(p, fr));
+	assert_int_equal(fr->wr.opcode, opcode);
 }
 
 static void test_write(void **state)
@@ -84,7 +81,7 @@ static void test_write(void **state)
 	struct peer *p = &f->p;
 	struct peer_frame fr;
 	struct ibv_mr *mr = mock_mr_find(f->local, sizeof(f->local));
-	unsigned before = credits(p->conn);
+	unsigned before = peer_send_credits(p->conn);
 
 	memset(f->local, 0xab, sizeof(f->local));
 	assert_ptr_equal(evr_mr_addr(f->mr), f->local);
@@ -92,21 +89,16 @@ static void test_write(void **state)
 	assert_int_equal(evr_write(p->conn, f->mr, 16, &f->rk, 32, 100,
 				   peer_op_cb, peer_op_arg(p, 0)),
 			 0);
-	peer_pump(f->ctx);
-	assert_true(peer_next(p, &fr));
-	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_WRITE);
+	next_wr(p, &fr, IBV_WR_RDMA_WRITE);
 	assert_int_equal(fr.wr.laddr, (uintptr_t)f->local + 16);
 	assert_int_equal(fr.wr.lkey, mr->lkey);
 	assert_int_equal(fr.wr.raddr, (uintptr_t)f->remote + 32);
 	assert_int_equal(fr.wr.rkey, 0x7777);
 	assert_int_equal(fr.wr.len, 100);
 	assert_false(peer_next(p, &fr));
-	assert_int_equal(credits(p->conn), before); /* no receive used */
+	assert_int_equal(peer_send_credits(p->conn), before); /* no receive used */
 	assert_int_equal(evr_mr_dereg(f->mr), -EBUSY);
-	peer_ack(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->op_calls[0], 1);
-	assert_int_equal(p->op_status[0], 0);
+	peer_ack_op(p, 0);
 	assert_int_equal(f->remote[31], 255 - 31);
 	assert_int_equal(f->remote[32], 0xab);
 	assert_int_equal(f->remote[131], 0xab);
@@ -123,15 +115,10 @@ static void test_read(void **state)
 	assert_int_equal(evr_read(p->conn, f->mr, 0, &f->rk, 200, 56,
 				  peer_op_cb, peer_op_arg(p, 0)),
 			 0);
-	peer_pump(f->ctx);
-	assert_true(peer_next(p, &fr));
-	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_READ);
+	next_wr(p, &fr, IBV_WR_RDMA_READ);
 	assert_int_equal(fr.wr.raddr, (uintptr_t)f->remote + 200);
 	assert_int_equal(fr.wr.len, 56);
-	peer_ack(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->op_calls[0], 1);
-	assert_int_equal(p->op_status[0], 0);
+	peer_ack_op(p, 0);
 	assert_memory_equal(f->local, f->remote + 200, 56);
 }
 
@@ -141,21 +128,16 @@ static void test_write_imm(void **state)
 	struct fix *f = *state;
 	struct peer *p = &f->p;
 	struct peer_frame fr;
-	unsigned before = credits(p->conn);
+	unsigned before = peer_send_credits(p->conn);
 
 	assert_int_equal(evr_write_imm(p->conn, f->mr, 0, &f->rk, 0, 8,
 				       0x01020304, peer_op_cb,
 				       peer_op_arg(p, 0)),
 			 0);
-	peer_pump(f->ctx);
-	assert_true(peer_next(p, &fr));
-	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_WRITE_WITH_IMM);
+	next_wr(p, &fr, IBV_WR_RDMA_WRITE_WITH_IMM);
 	assert_int_equal(fr.wr.imm, htobe32(0x01020304));
-	assert_int_equal(credits(p->conn), before - 1);
-	peer_ack(p);
-	peer_pump(f->ctx);
-	assert_int_equal(p->op_calls[0], 1);
-	assert_int_equal(p->op_status[0], 0);
+	assert_int_equal(peer_send_credits(p->conn), before - 1);
+	peer_ack_op(p, 0);
 }
 
 static void test_atomics(void **state)
@@ -178,9 +160,7 @@ static void test_atomics(void **state)
 	assert_int_equal(evr_cmp_swap(p->conn, f->mr, 8, &f->rk, 8, 42, 7,
 				      peer_op_cb, peer_op_arg(p, 1)),
 			 0);
-	peer_pump(f->ctx);
-	assert_true(peer_next(p, &fr));
-	assert_int_equal(fr.wr.opcode, IBV_WR_ATOMIC_FETCH_AND_ADD);
+	next_wr(p, &fr, IBV_WR_ATOMIC_FETCH_AND_ADD);
 	assert_int_equal(fr.wr.raddr, (uintptr_t)f->remote + 8);
 	assert_int_equal(fr.wr.rkey, 0x7777);
 	assert_int_equal(fr.wr.compare_add, 2);
