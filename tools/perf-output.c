@@ -18,20 +18,7 @@
 
 #include "perf.h"
 
-static const char *mode_name(int mode)
-{
-	switch (mode) {
-	case EVR_MODE_EVENT:
-		return "event";
-	case EVR_MODE_POLL:
-		return "poll";
-	case EVR_MODE_ADAPTIVE:
-		return "adaptive";
-	}
-	return "?";
-}
-
-/* A decimal number in [lo, hi] with nothing after it. */
+/* qsort order of doubles. */
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -113,7 +100,7 @@ static void table_header(void)
 static void table_row(const struct result *r)
 {
 	printf("%-5s %-8s %-5s %8zu %5u %4u %9llu ", test_str[r->test],
-	       mode_name(r->mode), load_str[r->load], r->size, r->conns,
+	       evr_mode_str(r->mode), load_str[r->load], r->size, r->conns,
 	       r->window, (unsigned long long)r->msgs);
 	print_num(stdout, r->lat_med, "%9.2f ", "        - ");
 	print_num(stdout, r->lat_p99, "%9.2f ", "        - ");
@@ -153,12 +140,12 @@ static void data_row(const struct result *r, int json)
 		printf("    {\"test\": \"%s\", \"mode\": \"%s\", \"load\": "
 		       "\"%s\", \"size\": %zu, \"conns\": %u, \"window\": "
 		       "%u, \"msgs\": %llu, \"secs\": %.6f",
-		       test_str[r->test], mode_name(r->mode),
+		       test_str[r->test], evr_mode_str(r->mode),
 		       r->load ? load_str[r->load] : "", r->size, r->conns,
 		       r->window, (unsigned long long)r->msgs, r->secs);
 	else
 		printf("%s,%s,%s,%zu,%u,%u,%llu,%.6f", test_str[r->test],
-		       mode_name(r->mode), r->load ? load_str[r->load] : "",
+		       evr_mode_str(r->mode), r->load ? load_str[r->load] : "",
 		       r->size, r->conns, r->window,
 		       (unsigned long long)r->msgs, r->secs);
 	for (i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
