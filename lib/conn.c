@@ -151,15 +151,16 @@ void evr__conn_set_peer(evr_conn *c, const struct evr__hs *hs)
 }
 
 /*
- * The CQ's entry for every send-side op of a conn (op->done): the SQ
+ * The CQ's entry for every send-side op of a conn (its head's done): the SQ
  * completes every op posted up to this one, in order; an error fails the
  * conn; a closing conn may be done draining; and ops that waited for room
  * in the SQ (nothing else would flush them, e.g. one-sided writes beyond
  * the SQ depth) go now.
  */
-static void send_wc(struct evr__op *op, const struct ibv_wc *wc)
+static void send_wc(struct evr__wr *w, const struct ibv_wc *wc)
 {
-	evr_conn *c = op->conn;
+	struct evr__op *op = evr__op_of(w);
+	evr_conn *c = op->h.conn;
 	int status = evr__wc_errno(wc->status);
 
 	c->last_act = ev_now(c->ctx->loop); /* a sign of life (keepalive) */
@@ -173,16 +174,16 @@ static void send_wc(struct evr__op *op, const struct ibv_wc *wc)
 }
 
 struct evr__op *evr__conn_op_new(evr_conn *c, uint8_t kind,
-				 evr__op_complete_fn complete)
+				 const struct evr__op_class *cls)
 {
 	struct evr__op *op = evr__op_alloc(c->ctx);
 
 	if (!op)
 		return NULL;
-	op->conn = c;
+	op->h.conn = c;
+	op->h.done = send_wc;
 	op->kind = kind;
-	op->done = send_wc;
-	op->complete = complete;
+	op->cls = cls;
 	return op;
 }
 
@@ -209,13 +210,12 @@ static void post_recvs(evr_conn *c, bool announce)
 			continue;
 		}
 		for (n = 0; n < 64 && (b = evr__buf_pop(&c->repost)); n++) {
-			b->op.conn = c;
-			b->op.kind = EVR_OP_RECV;
-			b->op.done = c->ctx->hooks.recv_done;
+			b->h.conn = c;
+			b->h.done = c->ctx->hooks.recv_done;
 			sges[n].addr = (uintptr_t)b->data;
 			sges[n].length = b->size;
 			sges[n].lkey = b->lkey;
-			wrs[n].wr_id = (uintptr_t)&b->op;
+			wrs[n].wr_id = (uintptr_t)&b->h;
 			wrs[n].sg_list = &sges[n];
 			wrs[n].num_sge = 1;
 			wrs[n].next = !evr__list_empty(&c->repost) && n + 1 < 64
@@ -235,11 +235,8 @@ static void post_recvs(evr_conn *c, bool announce)
 			}
 			for (; i < n; i++)
 				evr__pool_put(&c->ctx->pool,
-					      evr__container_of(
-						      (struct evr__op *)(uintptr_t)
-							      wrs[i]
-								      .wr_id,
-						      struct evr__buf, op));
+					      evr__buf_of((struct evr__wr *)(
+						      uintptr_t)wrs[i].wr_id));
 			evr__conn_fail(c, rc);
 			continue;
 		}
@@ -310,7 +307,7 @@ static void parked_process(evr_conn *c)
 			wc.opcode = (enum ibv_wc_opcode)b->opcode;
 			wc.imm_data = b->imm;
 			c->recv_posted++; /* recv_done counts it off again */
-			b->op.done(&b->op, &wc);
+			b->h.done(&b->h, &wc);
 		} else {
 			evr__pool_put(&c->ctx->pool, b);
 		}
@@ -412,12 +409,11 @@ static void fail_queued(evr_conn *c, int status)
 {
 	struct evr__op *op;
 
-	while ((op = evr__list_pop_entry(&c->ctrlq, struct evr__op, link)))
-		op->complete(op, status);
-	while ((op = evr__list_pop_entry(&c->sendq, struct evr__op, link))) {
-		c->queued_bytes -= op->qbytes;
-		op->qbytes = 0;
-		op->complete(op, status);
+	while ((op = evr__list_pop_entry(&c->ctrlq, struct evr__op, h.link)))
+		evr__op_complete(op, status);
+	while ((op = evr__list_pop_entry(&c->sendq, struct evr__op, h.link))) {
+		evr__op_unqueue(c, op);
+		evr__op_complete(op, status);
 	}
 	c->ctx->hooks.conn_teardown(c, status);
 }
@@ -481,7 +477,7 @@ static void orphan_posted(evr_conn *c)
 
 	evr__list_for_each(pos, &c->sq.posted)
 	{
-		struct evr__op *op = evr__list_entry(pos, struct evr__op, link);
+		struct evr__op *op = evr__list_entry(pos, struct evr__op, h.link);
 
 		if (op->cb) {
 			evr_op_cb cb = op->cb;
@@ -501,7 +497,7 @@ static bool sq_busy(const evr_conn *c)
 	evr__list_for_each(pos, &c->sq.posted)
 	{
 		const struct evr__op *op =
-			evr__container_of(pos, struct evr__op, link);
+			evr__container_of(pos, struct evr__op, h.link);
 
 		if (op->kind != EVR_OP_CTRL || op->ctrl_type != EVR_T_CREDIT)
 			return true;
@@ -512,9 +508,9 @@ static bool sq_busy(const evr_conn *c)
 static void ctrl_complete(struct evr__op *op, int status)
 {
 	(void)status; /* a failed one fails the conn (send_wc) */
-	if (op->buf)
-		evr__pool_put(&op->conn->ctx->pool, op->buf);
-	evr__op_free(op->conn->ctx, op);
+	if (op->u.ctrl.buf)
+		evr__pool_put(&op->h.conn->ctx->pool, op->u.ctrl.buf);
+	evr__op_free(op->h.conn->ctx, op);
 }
 
 /* A pool buffer carries a control message: header, and the FIN's body. */
@@ -531,24 +527,26 @@ static int ctrl_prepare(evr_conn *c, struct evr__op *op)
 	h.credits = evr__credit_piggyback(&c->cr);
 	if (op->ctrl_type == EVR_T_RNDV_FIN) {
 		h.len = EVR_RNDV_FIN_SIZE;
-		evr__rndv_fin_encode(b->data + EVR_HDR_SIZE, op->fin_id,
-				     op->fin_status);
+		evr__rndv_fin_encode(b->data + EVR_HDR_SIZE, op->u.ctrl.fin_id,
+				     op->u.ctrl.fin_status);
 	}
 	evr__hdr_encode(b->data, &h);
 	len = EVR_HDR_SIZE + h.len;
+	op->u.ctrl.buf = b;
 	evr__op_set_send(op, b, len, ctx->max_inline);
 	return 0;
 }
+
+static const struct evr__op_class ctrl_class = {ctrl_complete, ctrl_prepare};
 
 /* A control message of c (EVR_T_CREDIT, _RNDV_FIN, _BYE): it takes a
  * credit and may take the last one.  NULL when out of memory. */
 struct evr__op *evr__ctrl_op_new(evr_conn *c, uint8_t type)
 {
-	struct evr__op *op = evr__conn_op_new(c, EVR_OP_CTRL, ctrl_complete);
+	struct evr__op *op = evr__conn_op_new(c, EVR_OP_CTRL, &ctrl_class);
 
 	if (!op)
 		return NULL;
-	op->prepare = ctrl_prepare;
 	op->ctrl_type = type;
 	op->credit = op->ctrl = true;
 	return op;
@@ -566,7 +564,7 @@ static bool queue_bye(evr_conn *c)
 	op = evr__ctrl_op_new(c, EVR_T_BYE);
 	if (!op)
 		return false;
-	evr__list_add_tail(&c->ctrlq, &op->link);
+	evr__list_add_tail(&c->ctrlq, &op->h.link);
 	evr__conn_dirty(c);
 	return true;
 }
@@ -682,9 +680,11 @@ static void on_timer(struct evr__timer *t)
 static void probe_complete(struct evr__op *op, int status)
 {
 	(void)status; /* a failed one fails the conn (send_wc) */
-	op->conn->probe_sent = 0;
-	evr__op_free(op->conn->ctx, op);
+	op->h.conn->probe_sent = 0;
+	evr__op_free(op->h.conn->ctx, op);
 }
+
+static const struct evr__op_class probe_class = {probe_complete, NULL};
 
 static void on_keepalive(struct evr__timer *t)
 {
@@ -707,14 +707,13 @@ static void on_keepalive(struct evr__timer *t)
 	}
 	if (now - c->last_act < c->ka_idle)
 		return;
-	op = evr__conn_op_new(c, EVR_OP_PROBE, probe_complete);
+	op = evr__conn_op_new(c, EVR_OP_PROBE, &probe_class);
 	if (!op)
 		return; /* try again at the next tick */
-	op->wr.opcode = IBV_WR_RDMA_WRITE;
-	op->wr.num_sge = 0;
+	op->opcode = IBV_WR_RDMA_WRITE; /* no bytes, no key: no wqe */
 	c->probe_sent = now;
 	c->ctx->st.keepalive_probes++;
-	evr__list_add_tail(&c->ctrlq, &op->link);
+	evr__list_add_tail(&c->ctrlq, &op->h.link);
 	evr__conn_dirty(c);
 	evr__ctx_progress(c->ctx);
 }
@@ -729,12 +728,9 @@ static int take_and_prepare(evr_conn *c, struct evr__op *op, bool ctrl)
 
 	if (op->credit && !evr__credit_take(&c->cr, ctrl))
 		return -EAGAIN; /* checked by the caller: cannot happen */
-	if (!op->prepare) {
-		/* built at submission (one-sided ops, rendezvous reads) */
-		op->wr.sg_list = op->wr.num_sge ? &op->sge : NULL;
-		return 0;
-	}
-	err = op->prepare(c, op);
+	if (!op->cls->prepare)
+		return 0; /* built at submission (one-sided ops, reads) */
+	err = op->cls->prepare(c, op);
 	if (err && op->credit)
 		c->cr.avail++;
 	return err;
@@ -754,28 +750,27 @@ void evr__conn_flush(evr_conn *c)
 	if (!evr__conn_can_post(c) || !evr__conn_up(c))
 		return;
 
-	while ((op = evr__list_first_entry(&c->ctrlq, struct evr__op, link)) &&
+	while ((op = evr__list_first_entry(&c->ctrlq, struct evr__op, h.link)) &&
 	       evr__sq_room(&c->sq) > 0) {
 		if (op->credit && !evr__credit_can(&c->cr, true))
 			break;
-		evr__list_del(&op->link);
+		evr__list_del(&op->h.link);
 		err = take_and_prepare(c, op, true);
 		if (err) {
-			op->complete(op, err);
+			evr__op_complete(op, err);
 			continue;
 		}
 		evr__sq_add(&c->sq, op);
 	}
-	while ((op = evr__list_first_entry(&c->sendq, struct evr__op, link)) &&
+	while ((op = evr__list_first_entry(&c->sendq, struct evr__op, h.link)) &&
 	       evr__sq_room(&c->sq) > 0) {
 		if (op->credit && !evr__credit_can(&c->cr, false))
 			break;
-		evr__list_del(&op->link);
-		c->queued_bytes -= op->qbytes;
-		op->qbytes = 0;
+		evr__list_del(&op->h.link);
+		evr__op_unqueue(c, op);
 		err = take_and_prepare(c, op, false);
 		if (err) {
-			op->complete(op, err);
+			evr__op_complete(op, err);
 			continue;
 		}
 		evr__sq_add(&c->sq, op);

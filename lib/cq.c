@@ -6,9 +6,10 @@
  * events (one per call, acks batched), polls, and arms with arm-then-poll:
  * a completion that landed between the last empty poll and the arm raises
  * no event, so every arm is followed by a poll until empty (see test_cq's
- * "raced arm" case).  Each work completion goes to its op -- wr_id is the
- * op's address -- through op->done: this file knows nothing of what the
- * ops are for.
+ * "raced arm" case).  Each work completion goes to what was posted --
+ * wr_id is the address of its head (struct evr__wr, an op's or a receive
+ * buffer's) -- through the head's done: this file knows nothing of what
+ * the ops are for.
  *
  * A CQ is shared by many QPs.  Its depth is kept at least 20 % above the
  * sum of (SQ depth + RQ depth) of its QPs, so it cannot overflow: every
@@ -205,17 +206,17 @@ int evr__wc_conn_errno(enum ibv_wc_status st)
 	}
 }
 
-/* One completion: to the op it belongs to (wr_id), which knows how it
- * completes. */
+/* One completion: to what was posted (wr_id: an op's or a receive
+ * buffer's head), which knows how it completes. */
 void evr__dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc)
 {
-	struct evr__op *op = (struct evr__op *)(uintptr_t)wc->wr_id;
+	struct evr__wr *w = (struct evr__wr *)(uintptr_t)wc->wr_id;
 
 	if (wc->status != IBV_WC_SUCCESS && wc->status != IBV_WC_WR_FLUSH_ERR)
 		EVR_WARN(ctx, "work completion error on qp %u: %s (vendor 0x%x)",
 			 wc->qp_num, ibv_wc_status_str(wc->status),
 			 wc->vendor_err);
-	op->done(op, wc);
+	w->done(w, wc);
 }
 
 /* The CQ failed (see the top of the file): never used again, and what

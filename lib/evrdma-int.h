@@ -63,57 +63,113 @@ struct evr__rx;
 struct evr__op;
 
 /*
- * How an op completes, set by whoever makes it (the layer that knows what
- * the op is for), so that the layers below need not know:
- *   done      the CQ's entry: wr_id -> op -> op->done(op, wc).  Every op
- *             that is posted has one (a send-side op: the conn's, which
- *             completes the SQ in order; a receive: the message layer's).
- *   complete  the op's end, exactly once, with its status: from the SQ in
- *             posting order, or from the conn for an op never posted.
- *   prepare   optional: builds the WR just before it is posted (an eager
- *             message is copied into a pool buffer only then, with the
- *             credits it piggybacks); NULL for ops built at submission.
+ * What the CQ knows of anything posted, send or receive: wr_id points at
+ * this head and the completion goes to done(head, wc).  A send-side op's
+ * done is the conn's (it completes the SQ in order); a receive buffer's is
+ * the message layer's.  The link is the owner's: an op's queues (see
+ * evr__op) or a buffer's (see evr__buf).
  */
-typedef void (*evr__op_done_fn)(struct evr__op *op, const struct ibv_wc *wc);
-typedef void (*evr__op_complete_fn)(struct evr__op *op, int status);
-typedef int (*evr__op_prepare_fn)(evr_conn *c, struct evr__op *op);
-
-struct evr__op {
-	/* On one queue at a time: c->sendq or c->ctrlq, then sq->batch, then
-	 * sq->posted; the ctx's free ops; a receive buffer's (evr__buf) on
-	 * the pool's free list, c->repost or c->early. */
+struct evr__wr;
+typedef void (*evr__wr_done_fn)(struct evr__wr *w, const struct ibv_wc *wc);
+struct evr__wr {
 	struct evr__list link;
-	struct evr__list wait_link; /* RNDV: on c->rndv_wait until the FIN */
 	evr_conn *conn;
-	evr__op_done_fn done;
-	evr__op_complete_fn complete;
-	evr__op_prepare_fn prepare;
-	evr_op_cb cb;
-	void *arg;
-	uint8_t kind;
-	bool credit;	  /* consumes a peer receive */
-	bool ctrl;	  /* may use the reserved credits */
-	uint8_t pending;  /* rendezvous: send CQE and FIN both needed */
-	int status;	  /* first error seen / deferred status */
-	size_t qbytes;	  /* bytes counted in conn->queued_bytes */
-	size_t len;	  /* message length */
-	const void *src;  /* EAGER/RNDV: user buffer (single) */
-	struct iovec *iov; /* sendv: private copy of the iovec array */
-	int iovcnt;
-	struct evr__buf *buf;  /* registered header/payload copy */
-	struct evr__reg *reg;  /* RNDV: registration of the source */
-	void *bounce;	       /* RNDV from iovecs: gathered copy */
-	uint32_t rndv_id;
-	uint8_t ctrl_type;     /* CTRL: EVR_T_CREDIT or EVR_T_RNDV_FIN */
-	uint32_t fin_id;
-	int32_t fin_status;
-	struct evr__rx *rx;    /* RREAD: the message being read */
-	evr_mr *mr;	       /* user one-sided ops: the local region */
-	struct ibv_send_wr wr;
-	struct ibv_sge sge;
+	evr__wr_done_fn done;
 };
 
+/*
+ * How an op of one class ends and is built, set by whoever makes it (the
+ * layer that knows what the op is for), so that the layers below need not
+ * know:
+ *   complete  the op's end, exactly once, with its status: from the SQ in
+ *             posting order, or from the conn for an op never posted.
+ *   prepare   optional: fills the op's WR fields just before it is posted
+ *             (an eager message is copied into a pool buffer only then,
+ *             with the credits it piggybacks); NULL for ops built at
+ *             submission.
+ */
+typedef void (*evr__op_complete_fn)(struct evr__op *op, int status);
+typedef int (*evr__op_prepare_fn)(evr_conn *c, struct evr__op *op);
+struct evr__op_class {
+	evr__op_complete_fn complete;
+	evr__op_prepare_fn prepare;
+};
+
+/*
+ * The work request an op stands for, in the fewest bytes: sq.c turns it
+ * into a struct ibv_send_wr (128 bytes, plus 16 for its SGE) on the stack
+ * at post time, so no op carries one.  len 0 posts no SGE.
+ */
+struct evr__wqe {
+	uint64_t laddr; /* local address */
+	uint64_t raddr; /* RDMA and atomics: remote address */
+	uint32_t len;	/* bytes at laddr */
+	uint32_t lkey;
+	uint32_t rkey;
+	uint32_t imm; /* WRITE_WITH_IMM: big endian, as verbs carries it */
+};
+
+/* Rendezvous send state, from the request's build to the FIN: on
+ * c->rndv_wait in id order (the peer finishes messages in order). */
+struct evr__rndv_tx {
+	struct evr__list link;
+	struct evr__op *op;
+	struct evr__reg *reg; /* registration of the source */
+	void *bounce;	      /* from iovecs: the gathered copy */
+	uint32_t id;
+};
+
+/*
+ * One send-side work request (a message, a control message, a one-sided
+ * op, a chunk of a rendezvous read, a keepalive probe): 128 bytes, of
+ * which the last 24 belong to the op's kind.
+ */
+struct evr__op {
+	/* h.link: on one queue at a time: c->sendq or c->ctrlq, then
+	 * sq->batch, then sq->posted; or the ctx's free ops. */
+	struct evr__wr h;
+	const struct evr__op_class *cls;
+	evr_op_cb cb;
+	void *arg;
+	int32_t status;	    /* first error seen / deferred status */
+	uint8_t kind;	    /* enum evr__op_kind */
+	uint8_t pending;    /* RNDV: send CQE and FIN both needed */
+	uint8_t opcode;	    /* enum ibv_wr_opcode */
+	uint8_t send_flags; /* IBV_SEND_INLINE, IBV_SEND_SIGNALED */
+	bool credit;	    /* consumes a peer receive */
+	bool ctrl;	    /* may use the reserved credits */
+	bool queued;	    /* msg.len is counted in conn->queued_bytes */
+	uint8_t ctrl_type;  /* CTRL: EVR_T_CREDIT or EVR_T_RNDV_FIN */
+	uint16_t iovcnt;    /* EAGER/RNDV from iovecs, until built */
+	struct evr__wqe wqe;
+	union {
+		struct { /* EAGER, RNDV */
+			struct evr__buf *buf; /* header (+ payload) copy */
+			union {
+				const void *src;     /* single buffer */
+				struct iovec *iov;   /* iovcnt > 0: our copy */
+				struct evr__rndv_tx *rt; /* RNDV, once built */
+			};
+			size_t len; /* message length */
+		} msg;
+		struct { /* CTRL */
+			struct evr__buf *buf;
+			uint32_t fin_id;
+			int32_t fin_status;
+		} ctrl;
+		struct evr__rx *rx; /* RREAD: the message being read */
+		struct {	    /* WRITE, WRITE_IMM, READ, ATOMIC */
+			evr_mr *mr;
+			uint64_t compare_add;
+			uint64_t swap;
+		} rma;
+	} u;
+};
+
+#define evr__op_of(w) evr__container_of((w), struct evr__op, h)
+
 /* ---- send queue of one QP: batching and selective signaling (sq.c) ---- */
+#define EVR_SQ_CHAIN 32 /* WRs per ibv_post_send (built on the stack) */
 typedef void (*evr__sq_done_fn)(struct evr__op *op, int status);
 
 struct evr__sq {
@@ -137,11 +193,12 @@ static inline unsigned evr__sq_room(const struct evr__sq *sq)
 {
 	return sq->depth - sq->outstanding - sq->nbatch;
 }
-/* Append op (its wr filled in) to the open batch. */
+/* Append op (its opcode and wqe filled in) to the open batch. */
 void evr__sq_add(struct evr__sq *sq, struct evr__op *op);
-/* Post the open batch with one ibv_post_send.  On failure the ops that were
- * not posted are completed through done() with the error, and it is
- * returned. */
+/* Post the open batch: its WRs are built on the stack from the ops, up to
+ * EVR_SQ_CHAIN at a time, each chain with one ibv_post_send.  On failure
+ * the ops that were not posted are completed through done() with the
+ * error, and it is returned. */
 int evr__sq_commit(struct evr__sq *sq);
 /* A send completion for op (signaled, or any op in error): completes every
  * posted op up to and including op, in order. */
@@ -150,12 +207,11 @@ void evr__sq_complete(struct evr__sq *sq, struct evr__op *op, int status);
 void evr__sq_abandon(struct evr__sq *sq, int status);
 
 /* ---- registered buffer pool (pool.c) ---- */
-/* A buffer's queue link is op.link (evr__buf_link): its op is a receive,
- * which is never on a send queue, so the link is free for the buffer's own
- * queues -- the pool's free list, c->repost, c->early -- and a buffer is
- * on one of them at most. */
+/* A pool buffer: a receive (wr_id points at h), or the header and payload
+ * copy of a send.  h.link is the buffer's own: the pool's free list,
+ * c->repost or c->early, one of them at most. */
 struct evr__buf {
-	struct evr__op op; /* receive: wr_id points here */
+	struct evr__wr h;
 	uint8_t *data;
 	uint32_t lkey;
 	uint32_t size;
@@ -165,22 +221,19 @@ struct evr__buf {
 	uint8_t opcode;
 };
 
-#define evr__buf_link(b) (&(b)->op.link)
-#define evr__buf_pop(q)                                                        \
-	evr__list_pop_entry((q), struct evr__buf, op.link)
+#define evr__buf_link(b) (&(b)->h.link)
+#define evr__buf_pop(q) evr__list_pop_entry((q), struct evr__buf, h.link)
+#define evr__buf_of(w) evr__container_of((w), struct evr__buf, h)
 
 /* The op sends len bytes of pool buffer b (inline when they fit). */
 static inline void evr__op_set_send(struct evr__op *op, struct evr__buf *b,
 				    uint32_t len, unsigned max_inline)
 {
-	op->buf = b;
-	op->sge.addr = (uintptr_t)b->data;
-	op->sge.length = len;
-	op->sge.lkey = b->lkey;
-	op->wr.sg_list = &op->sge;
-	op->wr.num_sge = 1;
-	op->wr.opcode = IBV_WR_SEND;
-	op->wr.send_flags = len <= max_inline ? IBV_SEND_INLINE : 0;
+	op->wqe.laddr = (uintptr_t)b->data;
+	op->wqe.len = len;
+	op->wqe.lkey = b->lkey;
+	op->opcode = IBV_WR_SEND;
+	op->send_flags = len <= max_inline ? IBV_SEND_INLINE : 0;
 }
 
 /* A registered buffer that a rendezvous message is read into.  Freed ones
@@ -443,7 +496,7 @@ struct evr__hooks {
 	/* dev.c: the ctx was bound to its device; watch its fds */
 	int (*device_bound)(evr_ctx *ctx);
 	/* conn.c: the completion of a receive buffer (message layer) */
-	evr__op_done_fn recv_done;
+	evr__wr_done_fn recv_done;
 	/* conn.c: the conn ends (status: why): the message layer fails what
 	 * waits on the peer and drops what waits for delivery */
 	void (*conn_teardown)(evr_conn *c, int status);
@@ -605,9 +658,10 @@ void evr__conn_step(evr_conn *c);
 void evr__conn_flush(evr_conn *c);
 void evr__conn_free_all(evr_ctx *ctx);
 void evr__conn_fill_hs(const evr_conn *c, struct evr__hs *hs);
-/* A send-side op of c; complete is how it ends (see struct evr__op). */
+/* A send-side op of c; cls is how it ends and is built (see struct
+ * evr__op_class). */
 struct evr__op *evr__conn_op_new(evr_conn *c, uint8_t kind,
-				 evr__op_complete_fn complete);
+				 const struct evr__op_class *cls);
 /* A control message of c (EVR_T_CREDIT, _RNDV_FIN, _BYE). */
 struct evr__op *evr__ctrl_op_new(evr_conn *c, uint8_t type);
 
@@ -644,7 +698,17 @@ static inline bool evr__conn_was_up(const evr_conn *c)
 /* The end of an op (the SQ's completion callback of every conn). */
 static inline void evr__op_complete(struct evr__op *op, int status)
 {
-	op->complete(op, status);
+	op->cls->complete(op, status);
+}
+
+/* A message op leaves the conn's send queue: its bytes no longer count
+ * against send_queue_limit. */
+static inline void evr__op_unqueue(evr_conn *c, struct evr__op *op)
+{
+	if (op->queued) {
+		c->queued_bytes -= op->u.msg.len;
+		op->queued = false;
+	}
 }
 
 static inline int evr__op_user_status(const evr_conn *c, int status)
@@ -655,7 +719,7 @@ static inline int evr__op_user_status(const evr_conn *c, int status)
 }
 
 /* msg.c */
-void evr__msg_recv_done(struct evr__op *op, const struct ibv_wc *wc);
+void evr__msg_recv_done(struct evr__wr *w, const struct ibv_wc *wc);
 void evr__msg_teardown(evr_conn *c, int status);
 void evr__msg_detach_held(evr_conn *c);
 

@@ -1,8 +1,9 @@
 /*
  * Two-sided messages: eager sends, rendezvous, receive processing,
  * in-order delivery and held buffers.  A message op is built when it is
- * posted (op->prepare) and ends through op->complete; receives come in
- * through evr__msg_recv_done (the recv_done hook the conn posts them with).
+ * posted (its class's prepare) and ends through its complete; receives
+ * come in through evr__msg_recv_done (the recv_done hook the conn posts
+ * them with).
  *
  * Eager (len <= both sides' eager size): header + payload are copied into a
  * registered pool buffer and sent into one of the peer's pre-posted
@@ -36,6 +37,7 @@ static size_t eager_limit(const evr_conn *c)
 
 static int send_prepare(evr_conn *c, struct evr__op *op);
 static void send_complete(struct evr__op *op, int status);
+static const struct evr__op_class send_class = {send_complete, send_prepare};
 
 /* ---- submission ---- */
 
@@ -58,28 +60,28 @@ static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
 		c->over_limit = true;
 		return -ENOBUFS;
 	}
-	op = evr__conn_op_new(c, EVR_OP_EAGER, send_complete);
+	op = evr__conn_op_new(c, EVR_OP_EAGER, &send_class);
 	if (!op)
 		return -ENOMEM;
-	op->prepare = send_prepare;
 	if (iov) {
-		op->iov = malloc(sizeof(*iov) * (size_t)iovcnt);
-		if (!op->iov) {
+		op->u.msg.iov = malloc(sizeof(*iov) * (size_t)iovcnt);
+		if (!op->u.msg.iov) {
 			evr__op_free(ctx, op);
 			return -ENOMEM;
 		}
-		memcpy(op->iov, iov, sizeof(*iov) * (size_t)iovcnt);
-		op->iovcnt = iovcnt;
+		memcpy(op->u.msg.iov, iov, sizeof(*iov) * (size_t)iovcnt);
+		op->iovcnt = (uint16_t)iovcnt;
+	} else {
+		op->u.msg.src = buf;
 	}
 	/* EVR_OP_EAGER for now: eager or rendezvous is decided at post */
-	op->src = buf;
-	op->len = len;
+	op->u.msg.len = len;
 	op->cb = cb;
 	op->arg = arg;
 	op->credit = true;
-	op->qbytes = len;
+	op->queued = true;
 	c->queued_bytes += len;
-	evr__list_add_tail(&c->sendq, &op->link);
+	evr__list_add_tail(&c->sendq, &op->h.link);
 	evr__conn_dirty(c);
 	return 0;
 }
@@ -116,20 +118,76 @@ static void gather(uint8_t *dst, const struct evr__op *op)
 {
 	int i;
 
-	if (!op->iov) {
-		if (op->len)
-			memcpy(dst, op->src, op->len);
+	const struct iovec *iov = op->u.msg.iov;
+
+	if (!op->iovcnt) {
+		if (op->u.msg.len)
+			memcpy(dst, op->u.msg.src, op->u.msg.len);
 		return;
 	}
 	for (i = 0; i < op->iovcnt; i++) {
-		if (op->iov[i].iov_len)
-			memcpy(dst, op->iov[i].iov_base, op->iov[i].iov_len);
-		dst += op->iov[i].iov_len;
+		if (iov[i].iov_len)
+			memcpy(dst, iov[i].iov_base, iov[i].iov_len);
+		dst += iov[i].iov_len;
 	}
 }
 
-/* Build the WR of a message just before it is posted (op->prepare):
- * eager, or the request of a rendezvous. */
+/* The request of a rendezvous in pool buffer b: the source (gathered into
+ * a bounce buffer if it comes in pieces) is registered for the peer to read
+ * and the op waits for both its send and the peer's FIN. */
+static int rndv_prepare(evr_conn *c, struct evr__op *op, struct evr__buf *b)
+{
+	evr_ctx *ctx = c->ctx;
+	struct evr__hdr h = {0};
+	struct evr__rndv_req r;
+	struct evr__rndv_tx *rt = calloc(1, sizeof(*rt));
+	const void *src = op->u.msg.src;
+	int err;
+
+	if (!rt)
+		return -ENOMEM;
+	if (op->iovcnt) {
+		if (!(rt->bounce = malloc(op->u.msg.len))) {
+			free(rt);
+			return -ENOMEM;
+		}
+		gather(rt->bounce, op);
+		src = rt->bounce;
+	}
+	err = evr__reg_get(ctx, src, op->u.msg.len, &rt->reg);
+	if (err) {
+		free(rt->bounce);
+		free(rt);
+		return err;
+	}
+	if (op->iovcnt) { /* gathered: the iovecs are no longer needed */
+		free(op->u.msg.iov);
+		op->iovcnt = 0;
+	}
+	rt->op = op;
+	rt->id = c->next_rndv_id++;
+	op->kind = EVR_OP_RNDV;
+	op->u.msg.rt = rt;
+	op->u.msg.buf = b;
+	r.addr = (uintptr_t)src;
+	r.len = op->u.msg.len;
+	r.rkey = rt->reg->mr->rkey;
+	r.id = rt->id;
+	h.type = EVR_T_RNDV_REQ;
+	h.len = EVR_RNDV_REQ_SIZE;
+	h.credits = evr__credit_piggyback(&c->cr);
+	evr__hdr_encode(b->data, &h);
+	evr__rndv_req_encode(b->data + EVR_HDR_SIZE, &r);
+	evr__op_set_send(op, b, EVR_HDR_SIZE + EVR_RNDV_REQ_SIZE,
+			 ctx->max_inline);
+	/* done when both the send and the FIN completed */
+	op->pending = 2;
+	evr__list_add_tail(&c->rndv_wait, &rt->link);
+	return 0;
+}
+
+/* Build the WR of a message just before it is posted (its class's
+ * prepare): eager, or the request of a rendezvous. */
 static int send_prepare(evr_conn *c, struct evr__op *op)
 {
 	evr_ctx *ctx = c->ctx;
@@ -137,60 +195,27 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 	struct evr__buf *b;
 	int err;
 
-	switch (op->kind) {
-	case EVR_OP_EAGER:
-		if (op->len > c->peer_max_msg)
-			return -EMSGSIZE;
-		b = evr__pool_get(&ctx->pool);
-		if (!b)
-			return -ENOMEM;
-		if (op->len <= eager_limit(c)) {
-			h.type = EVR_T_EAGER;
-			h.len = (uint32_t)op->len;
-			h.credits = evr__credit_piggyback(&c->cr);
-			evr__hdr_encode(b->data, &h);
-			gather(b->data + EVR_HDR_SIZE, op);
-			evr__op_set_send(op, b, EVR_HDR_SIZE + h.len, ctx->max_inline);
-			return 0;
-		} else {
-			struct evr__rndv_req r;
-			const void *src = op->src;
-
-			if (op->iov) {
-				op->bounce = malloc(op->len);
-				if (!op->bounce) {
-					evr__pool_put(&ctx->pool, b);
-					return -ENOMEM;
-				}
-				gather(op->bounce, op);
-				src = op->bounce;
-			}
-			err = evr__reg_get(ctx, src, op->len, &op->reg);
-			if (err) {
-				evr__pool_put(&ctx->pool, b);
-				return err;
-			}
-			op->kind = EVR_OP_RNDV;
-			op->rndv_id = c->next_rndv_id++;
-			r.addr = (uintptr_t)src;
-			r.len = op->len;
-			r.rkey = op->reg->mr->rkey;
-			r.id = op->rndv_id;
-			h.type = EVR_T_RNDV_REQ;
-			h.len = EVR_RNDV_REQ_SIZE;
-			h.credits = evr__credit_piggyback(&c->cr);
-			evr__hdr_encode(b->data, &h);
-			evr__rndv_req_encode(b->data + EVR_HDR_SIZE, &r);
-			evr__op_set_send(op, b, EVR_HDR_SIZE + EVR_RNDV_REQ_SIZE,
-				 ctx->max_inline);
-			/* done when both the send and the FIN completed */
-			op->pending = 2;
-			evr__list_add_tail(&c->rndv_wait, &op->wait_link);
-			return 0;
-		}
-	default:
+	if (op->kind != EVR_OP_EAGER)
 		return -EINVAL; /* only messages come here */
+	if (op->u.msg.len > c->peer_max_msg)
+		return -EMSGSIZE;
+	b = evr__pool_get(&ctx->pool);
+	if (!b)
+		return -ENOMEM;
+	if (op->u.msg.len > eager_limit(c)) {
+		err = rndv_prepare(c, op, b);
+		if (err)
+			evr__pool_put(&ctx->pool, b);
+		return err;
 	}
+	h.type = EVR_T_EAGER;
+	h.len = (uint32_t)op->u.msg.len;
+	h.credits = evr__credit_piggyback(&c->cr);
+	evr__hdr_encode(b->data, &h);
+	gather(b->data + EVR_HDR_SIZE, op);
+	op->u.msg.buf = b;
+	evr__op_set_send(op, b, EVR_HDR_SIZE + h.len, ctx->max_inline);
+	return 0;
 }
 
 /* ---- completion of ops ---- */
@@ -198,14 +223,14 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 static void rndv_finish(evr_conn *c, struct evr__op *op)
 {
 	evr_ctx *ctx = c->ctx;
+	struct evr__rndv_tx *rt = op->u.msg.rt;
 
-	if (op->reg)
-		evr__reg_put(ctx, op->reg);
-	free(op->bounce);
-	free(op->iov);
+	evr__reg_put(ctx, rt->reg);
+	free(rt->bounce);
+	free(rt);
 	if (op->status == 0) {
 		ctx->st.msgs_sent++;
-		ctx->st.bytes_sent += op->len;
+		ctx->st.bytes_sent += op->u.msg.len;
 		ctx->st.rndv_sent++;
 	}
 	if (op->cb)
@@ -218,7 +243,7 @@ static void deliver_ready(evr_conn *c);
 
 static void rread_done(evr_conn *c, struct evr__op *op, int status)
 {
-	struct evr__rx *rx = op->rx;
+	struct evr__rx *rx = op->u.rx;
 
 	if (status && !rx->status)
 		rx->status = status;
@@ -252,25 +277,25 @@ static void rread_done(evr_conn *c, struct evr__op *op, int status)
 			evr__conn_fail(c, -ENOMEM);
 			return;
 		}
-		fin->fin_id = rx->id;
-		fin->fin_status = 0;
-		evr__list_add_tail(&c->ctrlq, &fin->link);
+		fin->u.ctrl.fin_id = rx->id;
+		fin->u.ctrl.fin_status = 0;
+		evr__list_add_tail(&c->ctrlq, &fin->h.link);
 	}
 	rx_start_reads(c);
 	deliver_ready(c);
 	evr__conn_dirty(c);
 }
 
-/* The end of a message send (op->complete): eager when its send
+/* The end of a message send (its class's complete): eager when its send
  * completed; rendezvous when both its request's send and the FIN have. */
 static void send_complete(struct evr__op *op, int status)
 {
-	evr_conn *c = op->conn;
+	evr_conn *c = op->h.conn;
 	evr_ctx *ctx = c->ctx;
 
-	if (op->buf) {
-		evr__pool_put(&ctx->pool, op->buf);
-		op->buf = NULL;
+	if (op->u.msg.buf) {
+		evr__pool_put(&ctx->pool, op->u.msg.buf);
+		op->u.msg.buf = NULL;
 	}
 	if (op->kind == EVR_OP_RNDV) {
 		if (status && !op->status)
@@ -281,28 +306,33 @@ static void send_complete(struct evr__op *op, int status)
 	}
 	if (status == 0) {
 		ctx->st.msgs_sent++;
-		ctx->st.bytes_sent += op->len;
+		ctx->st.bytes_sent += op->u.msg.len;
 	}
-	free(op->iov);
+	if (op->iovcnt)
+		free(op->u.msg.iov);
 	if (op->cb)
 		op->cb(c, evr__op_user_status(c, status), op->arg);
 	evr__op_free(ctx, op);
 }
 
-/* One chunk of a rendezvous read ended (op->complete). */
+/* One chunk of a rendezvous read ended (its class's complete). */
 static void rread_complete(struct evr__op *op, int status)
 {
-	rread_done(op->conn, op, status);
-	evr__op_free(op->conn->ctx, op);
+	rread_done(op->h.conn, op, status);
+	evr__op_free(op->h.conn->ctx, op);
 }
+
+static const struct evr__op_class rread_class = {rread_complete, NULL};
 
 /* Rendezvous sends whose FIN will never come (the conn is going away). */
 static void rndv_fail_waiting(evr_conn *c, int status)
 {
-	struct evr__op *op;
+	struct evr__rndv_tx *rt;
 
-	while ((op = evr__list_pop_entry(&c->rndv_wait, struct evr__op,
-					 wait_link))) {
+	while ((rt = evr__list_pop_entry(&c->rndv_wait, struct evr__rndv_tx,
+					 link))) {
+		struct evr__op *op = rt->op;
+
 		if (!op->status)
 			op->status = status;
 		if (--op->pending == 0)
@@ -414,23 +444,22 @@ static void rx_start_reads(evr_conn *c)
 		c->rndv_active++;
 		for (off = 0; off < rx->len; off += chunk) {
 			struct evr__op *op = evr__conn_op_new(c, EVR_OP_RREAD,
-							      rread_complete);
+							      &rread_class);
 			size_t n = EVR__MIN(chunk, rx->len - off);
 
 			if (!op) {
 				evr__conn_fail(c, -ENOMEM);
 				return;
 			}
-			op->rx = rx;
-			op->sge.addr = (uintptr_t)rx->rb->mem + off;
-			op->sge.length = (uint32_t)n;
-			op->sge.lkey = rx->rb->mr->lkey;
-			op->wr.num_sge = 1;
-			op->wr.opcode = IBV_WR_RDMA_READ;
-			op->wr.wr.rdma.remote_addr = rx->raddr + off;
-			op->wr.wr.rdma.rkey = rx->rkey;
+			op->u.rx = rx;
+			op->opcode = IBV_WR_RDMA_READ;
+			op->wqe.laddr = (uintptr_t)rx->rb->mem + off;
+			op->wqe.len = (uint32_t)n;
+			op->wqe.lkey = rx->rb->mr->lkey;
+			op->wqe.raddr = rx->raddr + off;
+			op->wqe.rkey = rx->rkey;
 			rx->reads++;
-			evr__list_add_tail(&c->ctrlq, &op->link);
+			evr__list_add_tail(&c->ctrlq, &op->h.link);
 		}
 	}
 	evr__conn_dirty(c);
@@ -535,15 +564,17 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		rx_start_reads(c);
 		return;
 	case EVR_T_RNDV_FIN: {
-		struct evr__op *op = evr__list_first_entry(
-			&c->rndv_wait, struct evr__op, wait_link);
+		struct evr__rndv_tx *rt = evr__list_first_entry(
+			&c->rndv_wait, struct evr__rndv_tx, link);
+		struct evr__op *op;
 
 		repost(c, b);
-		if (!op || op->rndv_id != p.fin_id) {
+		if (!rt || rt->id != p.fin_id) {
 			proto_error(c, "rendezvous finish for an unknown id");
 			return;
 		}
-		evr__list_del(&op->wait_link);
+		evr__list_del(&rt->link);
+		op = rt->op;
 		if (p.fin_status && !op->status)
 			op->status = p.fin_status;
 		if (--op->pending == 0)
@@ -557,11 +588,11 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	}
 }
 
-/* The CQ's entry for a receive buffer (op->done of its embedded op). */
-void evr__msg_recv_done(struct evr__op *op, const struct ibv_wc *wc)
+/* The CQ's entry for a receive buffer (its head's done). */
+void evr__msg_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
 {
-	struct evr__buf *b = evr__container_of(op, struct evr__buf, op);
-	evr_conn *c = op->conn;
+	struct evr__buf *b = evr__buf_of(w);
+	evr_conn *c = w->conn;
 	evr_ctx *ctx = c->ctx;
 
 	c->last_act = ev_now(ctx->loop); /* a sign of life (keepalive) */

@@ -57,7 +57,6 @@ static int pool_grow(struct evr__pool *p)
 		b->data = (uint8_t *)c->mem + (size_t)i * p->buf_size;
 		b->lkey = c->mr->lkey;
 		b->size = p->buf_size;
-		b->op.kind = EVR_OP_RECV;
 		evr__list_add_head(&p->free, evr__buf_link(b));
 	}
 	p->total += p->per_chunk;
@@ -87,7 +86,7 @@ struct evr__buf *evr__pool_get(struct evr__pool *p)
 
 void evr__pool_put(struct evr__pool *p, struct evr__buf *b)
 {
-	b->op.conn = NULL;
+	b->h.conn = NULL;
 	evr__list_add_head(&p->free, evr__buf_link(b)); /* the warmest first */
 	p->nfree++;
 }

@@ -10,17 +10,19 @@
 #include <endian.h>
 #include <errno.h>
 
-/* The end of a one-sided op (op->complete). */
+/* The end of a one-sided op (its class's complete). */
 static void rma_complete(struct evr__op *op, int status)
 {
-	evr_conn *c = op->conn;
+	evr_conn *c = op->h.conn;
 
-	if (op->mr)
-		op->mr->busy--;
+	if (op->u.rma.mr)
+		op->u.rma.mr->busy--;
 	if (op->cb)
 		op->cb(c, evr__op_user_status(c, status), op->arg);
 	evr__op_free(c->ctx, op);
 }
+
+static const struct evr__op_class rma_class = {rma_complete, NULL};
 
 static int rma_submit(evr_conn *c, enum evr__op_kind kind,
 		      enum ibv_wr_opcode opcode, evr_mr *lmr, size_t loff,
@@ -41,26 +43,19 @@ static int rma_submit(evr_conn *c, enum evr__op_kind kind,
 		return -ERANGE;
 	if (len > ctx->max_msg_sz)
 		return -EMSGSIZE;
-	op = evr__conn_op_new(c, (uint8_t)kind, rma_complete);
+	op = evr__conn_op_new(c, (uint8_t)kind, &rma_class);
 	if (!op)
 		return -ENOMEM;
 	op->cb = cb;
 	op->arg = arg;
-	op->mr = lmr;
-	op->len = len;
+	op->u.rma.mr = lmr;
 	op->credit = kind == EVR_OP_WRITE_IMM;
-	op->sge.addr = (uintptr_t)lmr->mr->addr + loff;
-	op->sge.length = (uint32_t)len;
-	op->sge.lkey = lmr->mr->lkey;
-	op->wr.num_sge = len ? 1 : 0;
-	op->wr.opcode = opcode;
-	if (kind == EVR_OP_ATOMIC) {
-		op->wr.wr.atomic.remote_addr = rk->addr + roff;
-		op->wr.wr.atomic.rkey = rk->rkey;
-	} else {
-		op->wr.wr.rdma.remote_addr = rk->addr + roff;
-		op->wr.wr.rdma.rkey = rk->rkey;
-	}
+	op->opcode = (uint8_t)opcode;
+	op->wqe.laddr = (uintptr_t)lmr->mr->addr + loff;
+	op->wqe.len = (uint32_t)len;
+	op->wqe.lkey = lmr->mr->lkey;
+	op->wqe.raddr = rk->addr + roff;
+	op->wqe.rkey = rk->rkey;
 	lmr->busy++;
 	*out = op;
 	return 0;
@@ -68,8 +63,8 @@ static int rma_submit(evr_conn *c, enum evr__op_kind kind,
 
 static void rma_queue(struct evr__op *op)
 {
-	evr__list_add_tail(&op->conn->sendq, &op->link);
-	evr__conn_dirty(op->conn);
+	evr__list_add_tail(&op->h.conn->sendq, &op->h.link);
+	evr__conn_dirty(op->h.conn);
 }
 
 int evr_write(evr_conn *c, evr_mr *lmr, size_t loff, const struct evr_rkey *rk,
@@ -95,7 +90,7 @@ int evr_write_imm(evr_conn *c, evr_mr *lmr, size_t loff,
 
 	if (err)
 		return err;
-	op->wr.imm_data = htobe32(imm); /* verbs carries it big endian */
+	op->wqe.imm = htobe32(imm); /* verbs carries it big endian */
 	rma_queue(op);
 	return 0;
 }
@@ -128,8 +123,8 @@ static int atomic_submit(evr_conn *c, enum ibv_wr_opcode opcode, evr_mr *lmr,
 			 arg, &op);
 	if (err)
 		return err;
-	op->wr.wr.atomic.compare_add = a;
-	op->wr.wr.atomic.swap = b;
+	op->u.rma.compare_add = a;
+	op->u.rma.swap = b;
 	rma_queue(op);
 	return 0;
 }

@@ -31,7 +31,7 @@ void evr__runq_init(evr_ctx *ctx)
 struct evr__op *evr__op_alloc(evr_ctx *ctx)
 {
 	struct evr__op *op =
-		evr__list_pop_entry(&ctx->op_free, struct evr__op, link);
+		evr__list_pop_entry(&ctx->op_free, struct evr__op, h.link);
 
 	if (op) {
 		ctx->nop_free--;
@@ -39,8 +39,7 @@ struct evr__op *evr__op_alloc(evr_ctx *ctx)
 	} else if (!(op = calloc(1, sizeof(*op)))) {
 		return NULL;
 	}
-	evr__list_init(&op->link);
-	evr__list_init(&op->wait_link);
+	evr__list_init(&op->h.link);
 	return op;
 }
 
@@ -50,7 +49,7 @@ void evr__op_free(evr_ctx *ctx, struct evr__op *op)
 		free(op);
 		return;
 	}
-	evr__list_add_head(&ctx->op_free, &op->link); /* the warmest first */
+	evr__list_add_head(&ctx->op_free, &op->h.link); /* the warmest first */
 	ctx->nop_free++;
 }
 
@@ -58,7 +57,7 @@ void evr__op_free_all(evr_ctx *ctx)
 {
 	struct evr__op *op;
 
-	while ((op = evr__list_pop_entry(&ctx->op_free, struct evr__op, link)))
+	while ((op = evr__list_pop_entry(&ctx->op_free, struct evr__op, h.link)))
 		free(op);
 	ctx->nop_free = 0;
 }

@@ -2,7 +2,9 @@
  * Send queue of one QP: batching and selective signaling.
  *
  * Ops submitted during a loop iteration are chained into one batch and
- * posted with a single ibv_post_send.  Only one WR in `interval` is
+ * posted with one ibv_post_send per EVR_SQ_CHAIN ops.  An op holds its work
+ * request in compact form (struct evr__wqe); the verbs WRs are built here,
+ * on the stack, just before the post.  Only one WR in `interval` is
  * signaled, plus the last WR of every batch, so the SQ never ends with an
  * unsignaled tail whose completion nobody would ever see.  RC completes
  * send WRs in order, so the completion of a signaled WR means every WR
@@ -14,6 +16,7 @@
 #include "evrdma-int.h"
 
 #include <errno.h>
+#include <string.h>
 
 void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
 		  unsigned interval, evr__sq_done_fn done, struct evr_stats *st)
@@ -36,19 +39,12 @@ void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
 
 void evr__sq_add(struct evr__sq *sq, struct evr__op *op)
 {
-	struct evr__op *prev =
-		evr__list_entry(evr__list_last(&sq->batch), struct evr__op, link);
-
-	op->wr.wr_id = (uintptr_t)op;
-	op->wr.next = NULL;
-	op->wr.send_flags &= ~IBV_SEND_SIGNALED;
+	op->send_flags &= (uint8_t)~IBV_SEND_SIGNALED;
 	if (++sq->unsig_run >= sq->interval) {
-		op->wr.send_flags |= IBV_SEND_SIGNALED;
+		op->send_flags |= IBV_SEND_SIGNALED;
 		sq->unsig_run = 0;
 	}
-	if (prev)
-		prev->wr.next = &op->wr;
-	evr__list_add_tail(&sq->batch, &op->link);
+	evr__list_add_tail(&sq->batch, &op->h.link);
 	sq->nbatch++;
 }
 
@@ -56,65 +52,110 @@ void evr__sq_add(struct evr__sq *sq, struct evr__op *op)
 static struct evr__op *batch_pop(struct evr__sq *sq)
 {
 	struct evr__op *op =
-		evr__list_pop_entry(&sq->batch, struct evr__op, link);
+		evr__list_pop_entry(&sq->batch, struct evr__op, h.link);
 
 	if (op)
 		sq->nbatch--;
 	return op;
 }
 
-int evr__sq_commit(struct evr__sq *sq)
+/* The verbs WR of op, built from its compact form. */
+static void build_wr(const struct evr__op *op, struct ibv_send_wr *wr,
+		     struct ibv_sge *sge)
 {
-	struct ibv_send_wr *bad = NULL;
-	struct evr__op *op, *first, *last;
-	struct evr__list *pos;
-	unsigned n = sq->nbatch, nsig = 0;
+	memset(wr, 0, sizeof(*wr));
+	wr->wr_id = (uintptr_t)&op->h;
+	wr->opcode = (enum ibv_wr_opcode)op->opcode;
+	wr->send_flags = op->send_flags;
+	if (op->wqe.len) {
+		sge->addr = op->wqe.laddr;
+		sge->length = op->wqe.len;
+		sge->lkey = op->wqe.lkey;
+		wr->sg_list = sge;
+		wr->num_sge = 1;
+	}
+	switch (wr->opcode) {
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		wr->wr.atomic.remote_addr = op->wqe.raddr;
+		wr->wr.atomic.rkey = op->wqe.rkey;
+		wr->wr.atomic.compare_add = op->u.rma.compare_add;
+		wr->wr.atomic.swap = op->u.rma.swap;
+		break;
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		wr->imm_data = op->wqe.imm;
+		/* fall through */
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_READ:
+		wr->wr.rdma.remote_addr = op->wqe.raddr;
+		wr->wr.rdma.rkey = op->wqe.rkey;
+		break;
+	default:
+		break;
+	}
+}
+
+/* Post the first n ops of the batch as one chain.  The posted ones join
+ * the posted FIFO; on failure the rest of the chain stays on the batch
+ * and the error is returned. */
+static int post_chain(struct evr__sq *sq, unsigned n)
+{
+	struct ibv_send_wr wrs[EVR_SQ_CHAIN], *bad = NULL;
+	struct ibv_sge sges[EVR_SQ_CHAIN];
+	struct evr__list *pos = evr__list_first(&sq->batch);
+	unsigned i, nsig = 0;
 	int rc;
 
-	if (!n)
-		return 0;
-	first = evr__list_first_entry(&sq->batch, struct evr__op, link);
-	last = evr__list_entry(evr__list_last(&sq->batch), struct evr__op,
-			       link);
-	if (!(last->wr.send_flags & IBV_SEND_SIGNALED)) {
-		last->wr.send_flags |= IBV_SEND_SIGNALED;
-		sq->unsig_run = 0;
-	}
-	evr__list_for_each(pos, &sq->batch)
-	{
-		op = evr__list_entry(pos, struct evr__op, link);
-		nsig += !!(op->wr.send_flags & IBV_SEND_SIGNALED);
-	}
+	for (i = 0; i < n; i++, pos = evr__list_next(&sq->batch, pos)) {
+		const struct evr__op *op =
+			evr__list_entry(pos, struct evr__op, h.link);
 
-	rc = evr__post_send(sq->qp, &first->wr, &bad);
-	if (sq->st) {
+		build_wr(op, &wrs[i], &sges[i]);
+		wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
+		nsig += !!(op->send_flags & IBV_SEND_SIGNALED);
+	}
+	rc = evr__post_send(sq->qp, wrs, &bad);
+	if (sq->st)
 		sq->st->post_send_calls++;
-	}
 	if (rc == 0) {
-		if (sq->st) {
-			sq->st->send_wrs += n;
+		bad = NULL;
+		if (sq->st)
 			sq->st->signaled_wrs += nsig;
-		}
-		/* the whole batch joins the posted FIFO */
-		evr__list_splice_tail(&sq->posted, &sq->batch);
-		sq->nbatch = 0;
-		sq->outstanding += n;
-		return 0;
+	} else if (!bad) {
+		bad = &wrs[0]; /* no word on where it stopped: none posted */
 	}
-
-	/* WRs before `bad` were posted, the rest were not.  The posted prefix
-	 * may end unsignaled; a post error means the QP is unusable, so the
-	 * caller fails the conn, the QP goes to the error state and every
-	 * posted WR, signaled or not, completes as flushed. */
-	while (bad &&
-	       (op = evr__list_first_entry(&sq->batch, struct evr__op, link)) &&
-	       &op->wr != bad) {
-		batch_pop(sq);
-		evr__list_add_tail(&sq->posted, &op->link);
+	/* WRs before `bad` were posted (all of them on success) */
+	for (i = 0; i < n && &wrs[i] != bad; i++) {
+		evr__list_add_tail(&sq->posted, &batch_pop(sq)->h.link);
 		sq->outstanding++;
 		if (sq->st)
 			sq->st->send_wrs++;
 	}
+	return rc;
+}
+
+int evr__sq_commit(struct evr__sq *sq)
+{
+	struct evr__op *op, *last;
+	int rc = 0;
+
+	if (!sq->nbatch)
+		return 0;
+	last = evr__list_entry(evr__list_last(&sq->batch), struct evr__op,
+			       h.link);
+	if (!(last->send_flags & IBV_SEND_SIGNALED)) {
+		last->send_flags |= IBV_SEND_SIGNALED;
+		sq->unsig_run = 0;
+	}
+	while (sq->nbatch && rc == 0)
+		rc = post_chain(sq, EVR__MIN(sq->nbatch, EVR_SQ_CHAIN));
+	if (rc == 0)
+		return 0;
+
+	/* The posted prefix may end unsignaled; a post error means the QP is
+	 * unusable, so the caller fails the conn, the QP goes to the error
+	 * state and every posted WR, signaled or not, completes as
+	 * flushed. */
 	while ((op = batch_pop(sq)))
 		sq->done(op, rc);
 	return rc;
@@ -127,7 +168,7 @@ void evr__sq_complete(struct evr__sq *sq, struct evr__op *upto, int status)
 	 * flush, in which case they were flushed as well. */
 	int before = status == -ECANCELED ? -ECANCELED : 0;
 
-	while ((op = evr__list_pop_entry(&sq->posted, struct evr__op, link))) {
+	while ((op = evr__list_pop_entry(&sq->posted, struct evr__op, h.link))) {
 		sq->outstanding--;
 		if (op == upto) {
 			sq->done(op, status);
@@ -141,7 +182,7 @@ void evr__sq_abandon(struct evr__sq *sq, int status)
 {
 	struct evr__op *op;
 
-	while ((op = evr__list_pop_entry(&sq->posted, struct evr__op, link))) {
+	while ((op = evr__list_pop_entry(&sq->posted, struct evr__op, h.link))) {
 		sq->outstanding--;
 		sq->done(op, status);
 	}

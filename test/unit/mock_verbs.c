@@ -130,6 +130,9 @@ int evr__post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 {
 	struct mock_post rec = {qp, wr, 0, 0};
 	struct ibv_send_wr *w, *fail = NULL;
+	int rc = mock.post_send_calls < mock.post_send_ok_calls
+			 ? 0
+			 : mock.post_send_rc;
 
 	for (w = wr; w; w = w->next) {
 		if (rec.nwr == mock.post_send_bad_idx)
@@ -141,11 +144,11 @@ int evr__post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		mock.posts[mock.post_send_calls] = rec;
 	mock.post_send_calls++;
 	mock.post_send_wrs += rec.nwr;
-	for (w = wr; w && (!mock.post_send_rc || w != fail); w = w->next)
+	for (w = wr; w && (!rc || w != fail); w = w->next)
 		log_send(qp, w);
-	if (mock.post_send_rc) {
+	if (rc) {
 		*bad = fail;
-		return mock.post_send_rc;
+		return rc;
 	}
 	return 0;
 }

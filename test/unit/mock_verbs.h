@@ -6,9 +6,10 @@
  * global struct `mock` that a test resets with mock_reset() and then
  * inspects.  Nothing here touches a device.
  *
- *   post_send    records every call: the WR chain's length, how many WRs
- *                are signaled and the chain head; fails on demand with
- *                *bad pointing at a chosen WR.
+ *   post_send    records every call: the WR chain's length and how many
+ *                WRs are signaled; fails on demand (every call, or every
+ *                call after the first post_send_ok_calls) with *bad
+ *                pointing at a chosen WR.
  *   post_recv    counts calls and WRs; fails on demand.
  *   Both keep a log of every WR they accepted (mock_wr_log): its QP,
  *   wr_id, opcode, flags, remote address and key, local address and key,
@@ -39,7 +40,7 @@
 
 struct mock_post {
 	struct ibv_qp *qp;
-	struct ibv_send_wr *head; /* first WR of the chain */
+	struct ibv_send_wr *head; /* first WR: valid during the call only */
 	unsigned nwr;		  /* WRs in the chain */
 	unsigned nsig;		  /* of which IBV_SEND_SIGNALED */
 };
@@ -52,6 +53,7 @@ struct mock_verbs {
 	int post_send_rc;	    /* scripted: nonzero fails every call */
 	unsigned post_send_bad_idx; /* ... with *bad at this WR of the chain
 				       (past the end: *bad = NULL) */
+	unsigned post_send_ok_calls; /* ... after this many calls succeeded */
 
 	/* evr__post_recv */
 	unsigned post_recv_calls;

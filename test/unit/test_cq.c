@@ -84,9 +84,11 @@ static void on_done(struct evr__op *op, int status)
 
 /* The ops' CQ entry (op->done): what the conn's would do for a success,
  * completing the SQ in order up to this op, without the conn. */
-static void fix_wc(struct evr__op *op, const struct ibv_wc *wc)
+static void fix_wc(struct evr__wr *w, const struct ibv_wc *wc)
 {
-	assert_ptr_equal(op->conn, F->conn);
+	struct evr__op *op = evr__op_of(w);
+
+	assert_ptr_equal(w->conn, F->conn);
 	evr__sq_complete(&F->conn->sq, op, evr__wc_errno(wc->status));
 }
 
@@ -210,10 +212,10 @@ static unsigned post_ops(struct fix *f, unsigned n)
 
 	assert_true(first + n <= NOPS);
 	for (i = first; i < first + n; i++) {
-		f->ops[i].conn = f->conn;
+		f->ops[i].h.conn = f->conn;
 		f->ops[i].kind = EVR_OP_WRITE;
-		f->ops[i].done = fix_wc;
-		f->ops[i].wr.opcode = IBV_WR_RDMA_WRITE;
+		f->ops[i].h.done = fix_wc;
+		f->ops[i].opcode = IBV_WR_RDMA_WRITE;
 		evr__sq_add(&f->conn->sq, &f->ops[i]);
 	}
 	f->nops += n;
@@ -587,15 +589,18 @@ static void pe_op_done(evr_conn *c, int status, void *arg)
 	r->status = status;
 }
 
-/* The end of a write (op->complete), as the one-sided layer's does. */
+/* The end of a write (its class's complete), as the one-sided layer's
+ * does. */
 static void pe_complete(struct evr__op *op, int status)
 {
-	evr_conn *c = op->conn;
+	evr_conn *c = op->h.conn;
 
 	if (op->cb)
 		op->cb(c, evr__op_user_status(c, status), op->arg);
 	evr__op_free(c->ctx, op);
 }
+
+static const struct evr__op_class pe_class = {pe_complete, NULL};
 
 static int pe_setup(void **state)
 {
@@ -668,13 +673,12 @@ static int pe_teardown(void **state)
 static unsigned pe_op(struct pe *p, int i, bool post)
 {
 	struct pe_conn *pc = &p->conn[i];
-	struct evr__op *op = evr__conn_op_new(pc->c, EVR_OP_WRITE,
-					      pe_complete);
+	struct evr__op *op = evr__conn_op_new(pc->c, EVR_OP_WRITE, &pe_class);
 	unsigned k = pc->nops++;
 
 	assert_non_null(op);
 	assert_true(k < PE_OPS);
-	op->wr.opcode = IBV_WR_RDMA_WRITE;
+	op->opcode = IBV_WR_RDMA_WRITE;
 	op->cb = pe_op_done;
 	op->arg = &pc->rec[k];
 	pc->ops[k] = op;
@@ -683,7 +687,7 @@ static unsigned pe_op(struct pe *p, int i, bool post)
 		assert_int_equal(evr__sq_commit(&pc->c->sq), 0);
 	} else {
 		assert_int_equal(evr__sq_room(&pc->c->sq), 0);
-		evr__list_add_tail(&pc->c->sendq, &op->link);
+		evr__list_add_tail(&pc->c->sendq, &op->h.link);
 	}
 	return k;
 }

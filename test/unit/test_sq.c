@@ -2,11 +2,14 @@
  * Send queue batching and selective signaling (lib/sq.c), against the
  * mocked evr__post_send, which records every call and its WR chain.
  *
- * Cases: a whole batch goes out in one post; signaled WRs are one in
+ * Cases: a batch goes out in chains of EVR_SQ_CHAIN WRs, one post each,
+ * built from the ops' compact form (opcode, flags, SGE, remote address and
+ * key, immediate data, atomic operands); signaled WRs are one in
  * `interval` plus every batch tail; a signaled completion completes its
  * predecessors in posting order, each exactly once, with the right status
  * for success, flush and error; a post failing in the middle of a chain
- * keeps the prefix posted and fails the rest; abandon completes everything
+ * keeps the prefix posted and fails the rest, also when a later chain of
+ * the batch fails; abandon completes everything
  * once; and the room accounting never wraps and returns to zero.
  */
 #include "config.h"
@@ -35,6 +38,7 @@ static struct {
 } done_log;
 
 static struct evr__op ops[MAX_OPS];
+static uint8_t mem[2 * MAX_OPS]; /* what the ops' SGEs point at */
 static unsigned times_done[MAX_OPS];
 
 static unsigned op_idx(const struct evr__op *op)
@@ -78,7 +82,7 @@ static unsigned qlen(const struct evr__list *q)
 static struct evr__op *last_posted(struct evr__sq *sq)
 {
 	return evr__list_entry(evr__list_last(&sq->posted), struct evr__op,
-			       link);
+			       h.link);
 }
 
 static void check_room(const struct evr__sq *sq)
@@ -96,9 +100,12 @@ static void add_range(struct evr__sq *sq, unsigned from, unsigned n)
 
 	for (i = from; i < from + n; i++) {
 		assert_true(evr__sq_room(sq) > 0);
-		ops[i].wr.opcode = IBV_WR_SEND;
+		ops[i].opcode = IBV_WR_SEND;
+		ops[i].wqe.laddr = (uintptr_t)mem + i;
+		ops[i].wqe.lkey = i;
+		ops[i].wqe.len = i % 3; /* 0: no SGE */
 		/* stale flags from an earlier use must not leak through */
-		ops[i].wr.send_flags = IBV_SEND_SIGNALED;
+		ops[i].send_flags = IBV_SEND_SIGNALED;
 		evr__sq_add(sq, &ops[i]);
 		check_room(sq);
 	}
@@ -106,7 +113,7 @@ static void add_range(struct evr__sq *sq, unsigned from, unsigned n)
 
 static bool signaled(const struct evr__op *op)
 {
-	return op->wr.send_flags & IBV_SEND_SIGNALED;
+	return op->send_flags & IBV_SEND_SIGNALED;
 }
 
 /* The signaled ops among [from, from + n), completed as the HCA would:
@@ -122,12 +129,11 @@ static void complete_signaled(struct evr__sq *sq, unsigned from, unsigned n)
 		}
 }
 
-static void test_one_post_per_batch(void **state)
+static void test_chains_per_batch(void **state)
 {
 	struct evr_stats st;
 	struct evr__sq sq;
-	struct ibv_send_wr *w;
-	unsigned i;
+	unsigned i, nsig = 0;
 
 	(void)state;
 	memset(&st, 0, sizeof(st));
@@ -137,26 +143,42 @@ static void test_one_post_per_batch(void **state)
 	assert_int_equal(evr__sq_room(&sq), 24);
 	assert_int_equal(evr__sq_commit(&sq), 0);
 
-	assert_int_equal(mock.post_send_calls, 1);
-	assert_ptr_equal(mock.posts[0].qp, FAKE_QP);
-	assert_int_equal(mock.posts[0].nwr, 1000);
-	/* the chain is the ops, in order, each wr_id pointing at its op */
-	for (w = mock.posts[0].head, i = 0; w; w = w->next, i++) {
-		assert_ptr_equal(w, &ops[i].wr);
-		assert_true(w->wr_id == (uintptr_t)&ops[i]);
+	/* ceil(1000 / EVR_SQ_CHAIN) posts, full chains and the rest */
+	assert_int_equal(mock.post_send_calls,
+			 (1000 + EVR_SQ_CHAIN - 1) / EVR_SQ_CHAIN);
+	for (i = 0; i < mock.post_send_calls; i++) {
+		assert_ptr_equal(mock.posts[i].qp, FAKE_QP);
+		assert_int_equal(mock.posts[i].nwr,
+				 EVR__MIN(EVR_SQ_CHAIN, 1000 - i * EVR_SQ_CHAIN));
+		nsig += mock.posts[i].nsig;
 	}
-	assert_int_equal(i, 1000);
+	/* the WRs are the ops, in order, each wr_id pointing at its op's
+	 * head, built from the op's compact form */
+	assert_int_equal(mock_wrs.nsend, 1000);
+	for (i = 0; i < 1000; i++) {
+		const struct mock_wr *w = &mock_wrs.send[i];
+
+		assert_true(w->wr_id == (uintptr_t)&ops[i].h);
+		assert_int_equal(w->opcode, IBV_WR_SEND);
+		assert_int_equal(w->len, i % 3);
+		if (w->len) {
+			assert_int_equal(w->laddr, (uintptr_t)mem + i);
+			assert_int_equal(w->lkey, i);
+		}
+		assert_int_equal(!!(w->flags & IBV_SEND_SIGNALED),
+				 signaled(&ops[i]));
+	}
 	assert_int_equal(sq.outstanding, 1000);
 	assert_int_equal(qlen(&sq.batch), 0);
 	assert_int_equal(evr__sq_room(&sq), 24);
 	/* 62 in 16 (the 16th, 32nd, ... 992nd) plus the tail */
-	assert_int_equal(mock.posts[0].nsig, 63);
-	assert_int_equal(st.post_send_calls, 1);
+	assert_int_equal(nsig, 63);
+	assert_int_equal(st.post_send_calls, mock.post_send_calls);
 	assert_int_equal(st.send_wrs, 1000);
 	assert_int_equal(st.signaled_wrs, 63);
 	/* an empty commit posts nothing */
 	assert_int_equal(evr__sq_commit(&sq), 0);
-	assert_int_equal(mock.post_send_calls, 1);
+	assert_int_equal(st.post_send_calls, mock.post_send_calls);
 	assert_int_equal(done_log.n, 0);
 }
 
@@ -190,9 +212,10 @@ static void test_signal_interval(void **state)
 				n = 3000 - next;
 			add_range(&sq, next, n);
 			assert_int_equal(evr__sq_commit(&sq), 0);
-			assert_int_equal(mock.post_send_calls, call + 1);
-			assert_int_equal(mock.posts[call].nwr, n);
-			call++;
+			for (b = 0; b < n; b += EVR_SQ_CHAIN, call++)
+				assert_int_equal(mock.posts[call].nwr,
+						 EVR__MIN(EVR_SQ_CHAIN, n - b));
+			assert_int_equal(mock.post_send_calls, call);
 			for (b = 0; b < n; b++) {
 				i = next + b;
 				since++;
@@ -387,6 +410,97 @@ static void test_post_failure_mid_chain(void **state)
 	}
 }
 
+/* A batch longer than a chain whose second chain fails: the first chain
+ * and the prefix of the second stay posted, the rest fail once each. */
+static void test_post_failure_later_chain(void **state)
+{
+	struct evr__sq sq;
+	unsigned i, n = EVR_SQ_CHAIN + 10, bad = 4;
+
+	(void)state;
+	evr__sq_init(&sq, FAKE_QP, 256, 8, on_done, NULL);
+	mock.post_send_rc = -ENOMEM;
+	mock.post_send_ok_calls = 1;
+	mock.post_send_bad_idx = bad;
+	add_range(&sq, 0, n);
+	assert_int_equal(evr__sq_commit(&sq), -ENOMEM);
+	assert_int_equal(mock.post_send_calls, 2);
+	assert_int_equal(sq.outstanding, EVR_SQ_CHAIN + bad);
+	assert_int_equal(mock_wrs.nsend, EVR_SQ_CHAIN + bad);
+	check_room(&sq);
+	assert_int_equal(done_log.n, n - EVR_SQ_CHAIN - bad);
+	for (i = 0; i < done_log.n; i++) {
+		assert_ptr_equal(done_log.op[i], &ops[EVR_SQ_CHAIN + bad + i]);
+		assert_int_equal(done_log.status[i], -ENOMEM);
+	}
+	evr__sq_complete(&sq, last_posted(&sq), -ECANCELED);
+	for (i = 0; i < n; i++)
+		assert_int_equal(times_done[i], 1);
+}
+
+/* Each kind of WR is built with the fields its opcode needs. */
+static void test_build_opcodes(void **state)
+{
+	static const struct {
+		enum ibv_wr_opcode opcode;
+		uint32_t len;
+	} cases[] = {
+	    {IBV_WR_SEND, 64},
+	    {IBV_WR_RDMA_WRITE, 0}, /* a keepalive probe: no SGE, no key */
+	    {IBV_WR_RDMA_WRITE, 100},
+	    {IBV_WR_RDMA_WRITE_WITH_IMM, 7},
+	    {IBV_WR_RDMA_READ, 4096},
+	    {IBV_WR_ATOMIC_FETCH_AND_ADD, 8},
+	    {IBV_WR_ATOMIC_CMP_AND_SWP, 8},
+	};
+	struct evr__sq sq;
+	unsigned i, n = sizeof(cases) / sizeof(cases[0]);
+
+	(void)state;
+	evr__sq_init(&sq, FAKE_QP, 64, 1, on_done, NULL);
+	for (i = 0; i < n; i++) {
+		struct evr__op *op = &ops[i];
+
+		op->opcode = (uint8_t)cases[i].opcode;
+		op->send_flags = IBV_SEND_INLINE;
+		op->wqe.len = cases[i].len;
+		op->wqe.laddr = (uintptr_t)mem + 0x100 * (i + 1);
+		op->wqe.lkey = 10 + i;
+		if (cases[i].len) {
+			op->wqe.raddr = 0x900000 + i;
+			op->wqe.rkey = 20 + i;
+		}
+		op->wqe.imm = 0xabcd0000 + i;
+		op->u.rma.compare_add = 30 + i;
+		op->u.rma.swap = 40 + i;
+		evr__sq_add(&sq, op);
+	}
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_int_equal(mock_wrs.nsend, n);
+	for (i = 0; i < n; i++) {
+		const struct mock_wr *w = &mock_wrs.send[i];
+		bool rdma = cases[i].opcode != IBV_WR_SEND;
+		bool atomic = cases[i].opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+			      cases[i].opcode == IBV_WR_ATOMIC_CMP_AND_SWP;
+
+		assert_int_equal(w->opcode, cases[i].opcode);
+		assert_int_equal(w->flags, IBV_SEND_INLINE | IBV_SEND_SIGNALED);
+		assert_int_equal(w->len, cases[i].len);
+		assert_int_equal(w->laddr,
+				 cases[i].len ? (uintptr_t)mem + 0x100 * (i + 1) : 0);
+		assert_int_equal(w->lkey, cases[i].len ? 10 + i : 0);
+		assert_int_equal(w->raddr,
+				 rdma && cases[i].len ? 0x900000 + i : 0);
+		assert_int_equal(w->rkey, rdma && cases[i].len ? 20 + i : 0);
+		assert_int_equal(w->imm,
+				 cases[i].opcode == IBV_WR_RDMA_WRITE_WITH_IMM
+					 ? 0xabcd0000 + i
+					 : 0);
+		assert_int_equal(w->compare_add, atomic ? 30 + i : 0);
+		assert_int_equal(w->swap, atomic ? 40 + i : 0);
+	}
+}
+
 /* A driver that fails without setting *bad: nothing can be assumed
  * posted, every op of the batch fails. */
 static void test_post_failure_no_bad(void **state)
@@ -481,13 +595,15 @@ static void test_room_accounting(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_setup(test_one_post_per_batch, setup),
+	    cmocka_unit_test_setup(test_chains_per_batch, setup),
+	    cmocka_unit_test_setup(test_build_opcodes, setup),
 	    cmocka_unit_test_setup(test_signal_interval, setup),
 	    cmocka_unit_test_setup(test_interval_clamped, setup),
 	    cmocka_unit_test_setup(test_complete_in_order, setup),
 	    cmocka_unit_test_setup(test_complete_flush, setup),
 	    cmocka_unit_test_setup(test_complete_error, setup),
 	    cmocka_unit_test_setup(test_post_failure_mid_chain, setup),
+	    cmocka_unit_test_setup(test_post_failure_later_chain, setup),
 	    cmocka_unit_test_setup(test_post_failure_no_bad, setup),
 	    cmocka_unit_test_setup(test_abandon, setup),
 	    cmocka_unit_test_setup(test_room_accounting, setup),
