@@ -364,7 +364,8 @@ struct sim_cfg {
 	unsigned idle_per_mille; /* chance of an idle burst each step */
 	unsigned hold, read, latency, rndv_pct, refill;
 	struct evr__bank_cfg bank;
-	bool expect_big; /* the limit leaves room for large windows */
+	bool expect_big; /* the limit leaves room for large windows; if not,
+			    the bank must have been short */
 };
 
 struct sim {
@@ -376,6 +377,7 @@ struct sim {
 	uint32_t step;
 	unsigned seed;
 	bool settled;
+	unsigned long short_steps; /* steps the bank was short */
 };
 
 static unsigned rnd(struct sim *w, unsigned n)
@@ -600,6 +602,7 @@ static void check_books(struct sim *w)
 		fail_msg("step %u: %lu credits outstanding, %u buffers posted",
 			 w->step, sum, w->srq_posted);
 	assert_int_equal(lent, w->bank.lent);
+	w->short_steps += evr__bank_short(&w->bank);
 	assert_int_equal(w->srq_posted, w->bank.posted);
 	assert_true(w->bank.total <= w->cfg->bank.limit);
 }
@@ -702,6 +705,8 @@ static void run_sim(const struct sim_cfg *cfg, unsigned seed)
 				 c->total, seed);
 	}
 	assert_int_equal(w->bank.posted, w->bank.total);
+	if (!cfg->expect_big && !w->short_steps)
+		fail_msg("the bank was never short (seed %u)", seed);
 }
 
 static void test_many_conns(void **state)
@@ -715,7 +720,7 @@ static void test_many_conns(void **state)
 	{ 200,  8, 10000, 12, 20, 50, 30, 10, 50,  5,
 	  {32,  4096, 4, 8, 256}, true },
 	/* the limit: little room to grow, windows shrink when short */
-	{ 200,  8,  5000,  8, 10, 20, 10,  5, 20, 10,
+	{ 200, 20,  5000,  8, 10, 20, 10,  5, 20, 10,
 	  {64,  1700, 4, 8, 128}, false },
 	{ 500,  2,  8000,  6,  5,  5,  5,  3, 10, 50,
 	  {128, 8192, 4, 8, 64}, true },
