@@ -48,13 +48,13 @@ struct evr__bank_cfg {
 
 struct evr__bank {
 	struct evr__bank_cfg cfg;
-	uint32_t posted;  /* receive buffers posted to the SRQ now */
-	uint32_t lent;	  /* sum of the connections' lent */
-	uint32_t total;	  /* buffers the pool owns: posted + busy + orphans */
-	uint32_t orphans; /* consumed by connections gone since */
-	uint32_t nconns;  /* admitted, not detached */
-	uint32_t low;	  /* below this much spare the pool wants a chunk */
-	uint64_t grown;	  /* credits lent beyond a return */
+	uint32_t posted;   /* receive buffers posted to the SRQ now */
+	uint32_t lent;	   /* sum of the connections' lent */
+	uint32_t total;	   /* buffers the pool owns: posted + busy + orphans */
+	uint32_t orphans;  /* consumed by connections gone since */
+	uint32_t nconns;   /* admitted, not detached */
+	uint32_t low;	   /* below this much spare the pool wants a chunk */
+	uint64_t grown;	   /* credits lent beyond a return */
 	uint64_t withheld; /* returns not re-granted */
 	uint64_t refused;  /* connections not admitted */
 };

@@ -33,7 +33,11 @@
 #include "bank.h"
 
 static const struct evr__bank_cfg cfg_std = {
-    .chunk = 64, .limit = 1024, .win_min = 4, .win_init = 8, .win_max = 64,
+    .chunk = 64,
+    .limit = 1024,
+    .win_min = 4,
+    .win_init = 8,
+    .win_max = 64,
 };
 
 static void bank_setup(struct evr__bank *b, const struct evr__bank_cfg *cfg)
@@ -325,9 +329,9 @@ struct wmsg {
 };
 
 #define MAX_CONNS 2000
-#define AB_CAP 256 /* >= win_max: what the remote side may have in flight */
-#define BA_CAP 32  /* >= the remote side's receive depth */
-#define DA 8	   /* the remote side's receive depth */
+#define AB_CAP	  256 /* >= win_max: what the remote side may have in flight */
+#define BA_CAP	  32  /* >= the remote side's receive depth */
+#define DA	  8   /* the remote side's receive depth */
 
 struct sconn {
 	/* the remote side: a receive queue of its own, depth DA */
@@ -335,7 +339,7 @@ struct sconn {
 	unsigned a_posted;
 	uint32_t a_repost_at[BA_CAP];
 	unsigned a_nrepost;
-	unsigned to_send;	   /* user messages waiting for a credit */
+	unsigned to_send;	    /* user messages waiting for a credit */
 	unsigned long queued, sent; /* handed to to_send, sent */
 	/* the ctx's side: the bank's */
 	struct evr__credit b;
@@ -609,8 +613,8 @@ static void check_books(struct sim *w)
 
 static bool conn_active(const struct sconn *c)
 {
-	return c->queued < c->total || c->to_send || c->nread ||
-	       c->fin_due || c->inbusy;
+	return c->queued < c->total || c->to_send || c->nread || c->fin_due ||
+	       c->inbusy;
 }
 
 static bool conn_moving(const struct sconn *c)
@@ -733,8 +737,7 @@ static void test_many_conns(void **state)
 
 	(void)state;
 	for (i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++)
-		for (seed = 1; seed <= (cfgs[i].nconns > 500 ? 1u : 3u);
-		     seed++)
+		for (seed = 1; seed <= (cfgs[i].nconns > 500 ? 1u : 3u); seed++)
 			run_sim(&cfgs[i], seed * 7919 + (unsigned)i);
 }
 

@@ -734,9 +734,9 @@ static void test_want(void **state)
 		uint32_t avail, queued;
 		bool want;
 	} cases[] = {
-	    {2, 0, false}, {2, 1, true},  {2, 5, true},	 {3, 0, false},
-	    {3, 1, false}, {3, 2, true},  {10, 8, false}, {10, 9, true},
-	    {0, 0, false}, {0, 1, true},  {1, 1, true},
+	    {2, 0, false}, {2, 1, true}, {2, 5, true},	 {3, 0, false},
+	    {3, 1, false}, {3, 2, true}, {10, 8, false}, {10, 9, true},
+	    {0, 0, false}, {0, 1, true}, {1, 1, true},
 	};
 	struct evr__credit c;
 	size_t i;
