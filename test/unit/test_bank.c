@@ -18,7 +18,9 @@
  * stay within the buffers posted to the SRQ and match the bank's books;
  * every message is delivered, the busy connections reach a large window,
  * the idle ones end at the minimum, and the exchange goes quiet when the
- * data stops.
+ * data stops.  Then late connections are admitted while the pool can grow
+ * and refused (-ENOBUFS) only at its limit, and once every connection is
+ * detached the whole pool is spare again.
  */
 #include "config.h"
 
@@ -329,9 +331,10 @@ struct wmsg {
 };
 
 #define MAX_CONNS 2000
-#define AB_CAP	  256 /* >= win_max: what the remote side may have in flight */
-#define BA_CAP	  32  /* >= the remote side's receive depth */
-#define DA	  8   /* the remote side's receive depth */
+#define LATE_CAP  4096 /* connections admitted after the traffic */
+#define AB_CAP	  256  /* >= win_max: what the remote side may have in flight */
+#define BA_CAP	  32   /* >= the remote side's receive depth */
+#define DA	  8    /* the remote side's receive depth */
 
 struct sconn {
 	/* the remote side: a receive queue of its own, depth DA */
@@ -627,7 +630,9 @@ static void run_sim(const struct sim_cfg *cfg, unsigned seed)
 {
 	/* static: a failed check leaves by longjmp, nothing to free */
 	static struct sim sim;
+	static struct evr__bank_conn late[LATE_CAP];
 	struct sim *w = &sim;
+	unsigned nlate;
 	uint32_t settled_at = 0, quiet_since = 0;
 	unsigned i, n;
 	bool active, moving;
@@ -711,6 +716,31 @@ static void run_sim(const struct sim_cfg *cfg, unsigned seed)
 	assert_int_equal(w->bank.posted, w->bank.total);
 	if (!cfg->expect_big && !w->short_steps)
 		fail_msg("the bank was never short (seed %u)", seed);
+	/* late connections: admitted while the pool can grow, refused only
+	 * at the limit with less spare than an initial window */
+	for (nlate = 0;; nlate++) {
+		assert_true(nlate < LATE_CAP);
+		n = evr__bank_want(&w->bank);
+		if (n)
+			evr__bank_add(&w->bank, n);
+		if (evr__bank_admit(&w->bank, &late[nlate]) == 0)
+			continue;
+		assert_int_equal(evr__bank_want(&w->bank), 0);
+		assert_true(w->bank.total + cfg->bank.win_init >
+			    cfg->bank.limit);
+		assert_true(evr__bank_spare(&w->bank) < cfg->bank.win_init);
+		break;
+	}
+	assert_true(w->bank.total <= cfg->bank.limit);
+	/* every connection closes: the whole pool is spare again */
+	for (i = 0; i < nlate; i++)
+		evr__bank_detach(&w->bank, &late[i]);
+	for (i = 0; i < cfg->nconns; i++)
+		evr__bank_detach(&w->bank, &w->c[i].bc);
+	assert_int_equal(w->bank.lent, 0);
+	assert_int_equal(w->bank.nconns, 0);
+	assert_int_equal(w->bank.orphans, 0);
+	assert_int_equal(evr__bank_spare(&w->bank), w->bank.total);
 }
 
 static void test_many_conns(void **state)
