@@ -214,9 +214,11 @@ static inline void evr__bank_repost_orphan(struct evr__bank *b)
 }
 
 /*
- * bc's connection is gone and its QP can consume no more of the SRQ
- * (in the error state or destroyed): what it was lent comes back, the
- * buffers it still holds become orphans until they are re-posted.
+ * bc's connection is gone, its QP can consume no more of the SRQ and
+ * every completion it produced went through evr__bank_consume() (after
+ * IBV_EVENT_QP_LAST_WQE_REACHED and a drain of its CQ): what it was lent
+ * comes back, the buffers it still holds become orphans until they are
+ * re-posted.
  */
 static inline void evr__bank_detach(struct evr__bank *b,
 				    struct evr__bank_conn *bc)
