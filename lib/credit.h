@@ -14,6 +14,13 @@
  * Credits owed are announced on the next message, or in an update of their
  * own once a quarter of the receive queue is owed -- or at once when the
  * peer may have none left (see evr__credit_peer_starved()).
+ *
+ * With a shared receive queue (bank.h, docs/credits.md) the peer's window
+ * moves: the handshake announces its largest value (peer_depth here, which
+ * also fixes the reserve) and the credits lent at first, later grants may
+ * add credits as well as return them, and the receiving side's update
+ * threshold follows the window its bank lends (evr__credit_set_window()).
+ * With a receive queue per connection the window is the depth, always.
  */
 #ifndef EVR_CREDIT_H
 #define EVR_CREDIT_H
@@ -29,6 +36,7 @@ struct evr__credit {
 	uint32_t owed;	     /* receives we re-posted, not yet announced */
 	uint32_t my_depth;   /* receives we keep posted */
 	uint32_t quiet;	     /* of owed: receives that held a bare update */
+	uint32_t window;     /* receives we keep for the peer now */
 };
 
 /* Credits a side keeps for control messages when its peer posts depth
@@ -38,15 +46,39 @@ static inline uint32_t evr__credit_reserve(uint32_t depth)
 	return depth >= 8 ? 2 : 1;
 }
 
-static inline void evr__credit_init(struct evr__credit *c, uint32_t peer_depth,
-				    uint32_t my_depth)
+/*
+ * The peer lends us peer_init credits now and never more than peer_depth
+ * at a time (an SRQ peer; 0 < peer_init <= peer_depth, checked by the
+ * handshake).  We keep my_depth receives for it, or announced my_depth as
+ * the largest window our bank may lend.
+ */
+static inline void evr__credit_init_lent(struct evr__credit *c,
+					 uint32_t peer_depth,
+					 uint32_t peer_init, uint32_t my_depth)
 {
 	c->peer_depth = peer_depth;
-	c->avail = peer_depth;
+	c->avail = peer_init;
 	c->reserved = evr__credit_reserve(peer_depth);
 	c->owed = 0;
 	c->my_depth = my_depth;
 	c->quiet = 0;
+	c->window = my_depth;
+}
+
+/* A peer with a receive queue of peer_depth for us: all lent at once. */
+static inline void evr__credit_init(struct evr__credit *c, uint32_t peer_depth,
+				    uint32_t my_depth)
+{
+	evr__credit_init_lent(c, peer_depth, peer_depth, my_depth);
+}
+
+/* Our bank now lends the peer `window` receives (SRQ): updates are due
+ * at a quarter of that.  The reserve stays what my_depth made it: the
+ * peer computed it once, from the handshake. */
+static inline void evr__credit_set_window(struct evr__credit *c,
+					  uint32_t window)
+{
+	c->window = window;
 }
 
 /*
@@ -71,8 +103,10 @@ static inline bool evr__credit_take(struct evr__credit *c, bool ctrl)
 	return true;
 }
 
-/* Credits announced by the peer.  More than we have outstanding means the
- * peer is broken or hostile: -EPROTO. */
+/* Credits announced by the peer.  More than its largest window can hold
+ * (with a queue per connection: more than we have outstanding) means the
+ * peer is broken or hostile: -EPROTO.  With an SRQ peer the grant may be
+ * larger than what we used: its bank grew our window. */
 static inline int evr__credit_grant(struct evr__credit *c, uint32_t n)
 {
 	if (n > c->peer_depth - c->avail)
@@ -106,13 +140,29 @@ static inline uint16_t evr__credit_piggyback(struct evr__credit *c)
 	return (uint16_t)n;
 }
 
+/*
+ * Is the window what holds us back?  Asked when a data message has taken
+ * its credit, with `queued` data messages still waiting behind it: yes
+ * when they are more than the data credits left, so the window runs out
+ * before the queue.  Every message sent while this holds tells an SRQ
+ * peer that we want a larger window (EVR_F_WANT, docs/credits.md); a
+ * peer with a queue per connection ignores it.  A message that takes the
+ * last data credit with nothing behind it wants nothing.
+ */
+static inline bool evr__credit_want(const struct evr__credit *c,
+				    uint32_t queued)
+{
+	return queued > 0 && (uint64_t)queued + c->reserved > c->avail;
+}
+
 /* Should an explicit credit update go out (no traffic to carry it)?  A
- * quarter of our receive queue is worth a message of its own.  The
+ * quarter of our receive queue (of the window we lend) is worth a message
+ * of its own.  The
  * threshold is at least 2 so that the one receive an update consumes on
  * the other side never triggers an update back: updates cannot echo. */
 static inline bool evr__credit_need_update(const struct evr__credit *c)
 {
-	uint32_t thr = c->my_depth / 4;
+	uint32_t thr = c->window / 4;
 
 	if (thr < 2)
 		thr = 2;

@@ -44,6 +44,7 @@ static void test_init(void **state)
 		assert_int_equal(c.peer_depth, cases[i].peer);
 		assert_int_equal(c.my_depth, cases[i].mine);
 		assert_int_equal(c.reserved, cases[i].reserved);
+		assert_int_equal(c.window, cases[i].mine);
 		assert_int_equal(c.owed, 0);
 		assert_int_equal(evr__credit_piggyback(&c), 0);
 		assert_false(evr__credit_need_update(&c));
@@ -679,12 +680,85 @@ static void test_update_does_not_echo(void **state)
 	}
 }
 
+/* An SRQ peer lends less than its largest window at first; its grants
+ * may then exceed what we used (the window grows), never the largest
+ * window.  The reserve comes from the largest window. */
+static void test_init_lent_grant(void **state)
+{
+	struct evr__credit c;
+
+	(void)state;
+	evr__credit_init_lent(&c, 64, 8, 16);
+	assert_int_equal(c.avail, 8);
+	assert_int_equal(c.peer_depth, 64);
+	assert_int_equal(c.reserved, 2);
+	assert_int_equal(c.window, 16);
+	assert_int_equal(evr__credit_grant(&c, 8), 0); /* growth */
+	assert_int_equal(c.avail, 16);
+	assert_int_equal(evr__credit_grant(&c, 49), -EPROTO);
+	assert_int_equal(c.avail, 16);
+	assert_int_equal(evr__credit_grant(&c, 48), 0);
+	assert_int_equal(c.avail, 64);
+	assert_int_equal(evr__credit_grant(&c, 1), -EPROTO);
+	assert_true(evr__credit_take(&c, false));
+	assert_int_equal(evr__credit_grant(&c, 2), -EPROTO);
+	assert_int_equal(evr__credit_grant(&c, 1), 0);
+}
+
+/* The update threshold follows the window the bank lends. */
+static void test_set_window(void **state)
+{
+	struct evr__credit c;
+
+	(void)state;
+	evr__credit_init(&c, 16, 256); /* threshold 64 */
+	evr__credit_reposted(&c, 3);
+	assert_false(evr__credit_need_update(&c));
+	evr__credit_set_window(&c, 12); /* threshold 3 */
+	assert_true(evr__credit_need_update(&c));
+	evr__credit_set_window(&c, 4); /* threshold 2, never less */
+	assert_true(evr__credit_need_update(&c));
+	assert_int_equal(evr__credit_piggyback(&c), 3);
+	evr__credit_reposted(&c, 1);
+	assert_false(evr__credit_need_update(&c));
+	/* the reserve the peer keeps is still the one of my_depth */
+	assert_true(evr__credit_peer_starved(&c, 3));
+	assert_false(evr__credit_peer_starved(&c, 4));
+}
+
+/* WANT: the queue behind a data message is longer than the data credits
+ * left; nothing queued, nothing wanted. */
+static void test_want(void **state)
+{
+	static const struct {
+		uint32_t avail, queued;
+		bool want;
+	} cases[] = {
+	    {2, 0, false}, {2, 1, true}, {2, 5, true},	 {3, 0, false},
+	    {3, 1, false}, {3, 2, true}, {10, 8, false}, {10, 9, true},
+	    {0, 0, false}, {0, 1, true}, {1, 1, true},
+	};
+	struct evr__credit c;
+	size_t i;
+
+	(void)state;
+	evr__credit_init(&c, 64, 64); /* reserve 2 */
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		c.avail = cases[i].avail;
+		assert_int_equal(evr__credit_want(&c, cases[i].queued),
+				 cases[i].want);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_init),
 	    cmocka_unit_test(test_take_respects_reserve),
 	    cmocka_unit_test(test_grant_overflow),
+	    cmocka_unit_test(test_init_lent_grant),
+	    cmocka_unit_test(test_set_window),
+	    cmocka_unit_test(test_want),
 	    cmocka_unit_test(test_piggyback),
 	    cmocka_unit_test(test_need_update_threshold),
 	    cmocka_unit_test(test_update_does_not_echo),
