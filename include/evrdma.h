@@ -239,6 +239,16 @@ struct evr_stats {
 	uint32_t cq_capacity;	  /**< total CQEs of all CQs */
 	uint32_t cq_reserved;	  /**< CQEs the open QPs may need */
 	enum evr_mode mode;	  /**< mode in effect now */
+	/** Bytes the ctx holds registered (pinned): message pool, receive
+	 *  buffers of rendezvous messages, the rendezvous sources it
+	 *  registered, evr_mr_reg() regions. */
+	uint64_t reg_bytes;
+	/** Of which the message buffer pool (eager sends and receives). */
+	uint64_t pool_bytes;
+	/** The locked-memory limit registration lives in (RLIMIT_MEMLOCK,
+	 *  bytes); UINT64_MAX when there is none (unlimited, or
+	 *  CAP_IPC_LOCK). */
+	uint64_t memlock_limit;
 };
 
 EVR_EXPORT void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out);

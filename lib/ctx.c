@@ -81,6 +81,7 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 		return -ENOMEM;
 	ctx->o = *opts;
 	ctx->efd = -1;
+	ctx->reg.ctx = ctx;
 	if (!ctx->o.signal_interval)
 		ctx->o.signal_interval = 1;
 	if (!ctx->o.send_queue_lowat)
@@ -214,6 +215,9 @@ void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out)
 {
 	*out = ctx->st;
 	out->mode = evr_ctx_mode(ctx);
+	out->reg_bytes = ctx->reg.bytes;
+	out->pool_bytes = (uint64_t)ctx->pool.total * ctx->pool.buf_size;
+	out->memlock_limit = evr__memlock_limit();
 }
 
 void evr_ctx_on_mode_switch(evr_ctx *ctx, evr_mode_cb cb, void *arg)

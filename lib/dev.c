@@ -144,7 +144,7 @@ int evr__dev_bind(evr_ctx *ctx, struct ibv_context *verbs)
 		return errno ? -errno : -ENOMEM;
 	/* at once: a ctx with a pd has a pool (its lists), which ctx_free
 	 * empties even if the rest of the binding fails */
-	err = evr__pool_init(&ctx->pool, ctx->pd,
+	err = evr__pool_init(&ctx->pool, ctx->pd, &ctx->reg,
 			     EVR_HDR_SIZE + ctx->max_eager, 0);
 	if (err)
 		return err;

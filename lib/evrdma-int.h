@@ -252,8 +252,25 @@ struct evr__rbuf {
 	int cls; /* size class, -1: not cached */
 };
 
+/* ---- registered memory (memlock.c) ---- */
+struct evr__regacct {
+	const evr_ctx *ctx; /* for the log */
+	uint64_t bytes;	    /* registered now */
+	bool told;	    /* the locked-memory limit was explained */
+};
+/* ibv_reg_mr, counted; on failure NULL with errno set, and a refusal for
+ * the locked-memory limit explained (once per ctx).  what: for the log. */
+struct ibv_mr *evr__reg_mr(struct evr__regacct *a, struct ibv_pd *pd,
+			   void *addr, size_t len, int access,
+			   const char *what);
+void evr__dereg_mr(struct evr__regacct *a, struct ibv_mr *mr);
+/* RLIMIT_MEMLOCK in bytes; UINT64_MAX when registration is not limited
+ * (unlimited, or CAP_IPC_LOCK). */
+uint64_t evr__memlock_limit(void);
+
 struct evr__pool {
 	struct ibv_pd *pd;
+	struct evr__regacct *acct;
 	uint32_t buf_size;
 	unsigned per_chunk;
 	struct evr__list free; /* of evr__buf, the last put first */
@@ -263,7 +280,8 @@ struct evr__pool {
 	size_t rfree_bytes;
 };
 
-int evr__pool_init(struct evr__pool *p, struct ibv_pd *pd, uint32_t buf_size,
+int evr__pool_init(struct evr__pool *p, struct ibv_pd *pd,
+		   struct evr__regacct *acct, uint32_t buf_size,
 		   unsigned per_chunk);
 void evr__pool_fini(struct evr__pool *p);
 struct evr__buf *evr__pool_get(struct evr__pool *p);
@@ -558,6 +576,7 @@ struct evr_ctx {
 	struct evr__list op_free; /* ops kept for reuse (runq.c) */
 	unsigned nop_free;
 	struct evr_stats st;
+	struct evr__regacct reg; /* what the ctx has registered */
 	unsigned dispatch_depth;
 };
 

@@ -57,12 +57,11 @@ int evr_mr_reg(evr_ctx *ctx, void *addr, size_t len, unsigned access,
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
-	m->mr = ibv_reg_mr(ctx->pd, addr, len, to_ibv_access(access));
+	m->mr = evr__reg_mr(&ctx->reg, ctx->pd, addr, len,
+			    to_ibv_access(access), "evr_mr_reg");
 	if (!m->mr) {
 		int err = errno ? -errno : -ENOMEM;
 
-		EVR_WARN(ctx, "ibv_reg_mr(%zu bytes) failed: %s", len,
-			 evr_strerror(err));
 		free(m);
 		return err;
 	}
@@ -80,7 +79,7 @@ int evr_mr_dereg(evr_mr *m)
 	if (m->busy)
 		return -EBUSY;
 	evr__list_del(&m->link);
-	ibv_dereg_mr(m->mr);
+	evr__dereg_mr(&m->ctx->reg, m->mr);
 	free(m);
 	return 0;
 }
@@ -134,11 +133,11 @@ void evr_rkey_unpack(struct evr_rkey *rk,
 
 /* ---- registration cache ---- */
 
-static void reg_free(struct evr__reg *r)
+static void reg_free(evr_ctx *ctx, struct evr__reg *r)
 {
 	evr__list_del(&r->link);
 	if (!r->user)
-		ibv_dereg_mr(r->mr);
+		evr__dereg_mr(&ctx->reg, r->mr);
 	free(r);
 }
 
@@ -156,7 +155,7 @@ static void reg_trim(evr_ctx *ctx)
 		if (ctx->nregs <= max)
 			break;
 		if (r->refs == 0) {
-			reg_free(r);
+			reg_free(ctx, r);
 			ctx->nregs--;
 		}
 	}
@@ -206,8 +205,10 @@ int evr__reg_get(evr_ctx *ctx, const void *addr, size_t len,
 	}
 	r->start = s & ~(uintptr_t)(pg - 1);
 	r->end = (e + pg - 1) & ~(uintptr_t)(pg - 1);
-	r->mr = ibv_reg_mr(ctx->pd, (void *)r->start, r->end - r->start,
-			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	r->mr = evr__reg_mr(&ctx->reg, ctx->pd, (void *)r->start,
+			    r->end - r->start,
+			    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ,
+			    "a rendezvous message being sent");
 	if (!r->mr) {
 		int err = errno ? -errno : -ENOMEM;
 
@@ -239,6 +240,6 @@ void evr__reg_cache_fini(evr_ctx *ctx)
 	struct evr__list *pos, *tmp;
 
 	evr__list_for_each_safe(pos, tmp, &ctx->regs)
-		reg_free(evr__container_of(pos, struct evr__reg, link));
+		reg_free(ctx, evr__container_of(pos, struct evr__reg, link));
 	ctx->nregs = 0;
 }

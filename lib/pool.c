@@ -18,13 +18,15 @@ struct evr__chunk {
 	struct evr__buf *bufs;
 };
 
-int evr__pool_init(struct evr__pool *p, struct ibv_pd *pd, uint32_t buf_size,
+int evr__pool_init(struct evr__pool *p, struct ibv_pd *pd,
+		   struct evr__regacct *acct, uint32_t buf_size,
 		   unsigned per_chunk)
 {
 	int i;
 
 	memset(p, 0, sizeof(*p));
 	p->pd = pd;
+	p->acct = acct;
 	p->buf_size = (buf_size + EVR__CACHELINE - 1) & ~(EVR__CACHELINE - 1u);
 	p->per_chunk = per_chunk ? per_chunk : 256;
 	evr__list_init(&p->free);
@@ -48,7 +50,8 @@ static int pool_grow(struct evr__pool *p)
 		goto err_free_chunk;
 	if (posix_memalign(&c->mem, 4096, bytes))
 		goto err_free_bufs;
-	c->mr = ibv_reg_mr(p->pd, c->mem, bytes, IBV_ACCESS_LOCAL_WRITE);
+	c->mr = evr__reg_mr(p->acct, p->pd, c->mem, bytes,
+			    IBV_ACCESS_LOCAL_WRITE, "the message buffer pool");
 	if (!c->mr)
 		goto err_free_mem;
 	for (i = 0; i < p->per_chunk; i++) {
@@ -100,9 +103,9 @@ static int rbuf_class(size_t len)
 	return shift <= EVR_RBUF_MAX_SHIFT ? shift - EVR_RBUF_MIN_SHIFT : -1;
 }
 
-static void rbuf_free(struct evr__rbuf *rb)
+static void rbuf_free(struct evr__pool *p, struct evr__rbuf *rb)
 {
-	ibv_dereg_mr(rb->mr);
+	evr__dereg_mr(p->acct, rb->mr);
 	free(rb->mem);
 	free(rb);
 }
@@ -127,7 +130,9 @@ struct evr__rbuf *evr__rbuf_get(struct evr__pool *p, size_t len)
 			   : (len ? len : 1);
 	if (posix_memalign((void **)&rb->mem, 4096, rb->cap))
 		goto err_free;
-	rb->mr = ibv_reg_mr(p->pd, rb->mem, rb->cap, IBV_ACCESS_LOCAL_WRITE);
+	rb->mr = evr__reg_mr(p->acct, p->pd, rb->mem, rb->cap,
+			     IBV_ACCESS_LOCAL_WRITE,
+			     "a rendezvous message being received");
 	if (!rb->mr)
 		goto err_free_mem;
 	return rb;
@@ -145,7 +150,7 @@ void evr__rbuf_put(struct evr__pool *p, struct evr__rbuf *rb)
 	if (!rb)
 		return;
 	if (rb->cls < 0 || p->rfree_bytes + rb->cap > EVR_RBUF_CACHE_BYTES) {
-		rbuf_free(rb);
+		rbuf_free(p, rb);
 		return;
 	}
 	evr__list_add_head(&p->rfree[rb->cls], &rb->link);
@@ -161,7 +166,7 @@ void evr__pool_fini(struct evr__pool *p)
 	for (i = 0; i < EVR_RBUF_CLASSES; i++) {
 		while ((rb = evr__list_pop_entry(&p->rfree[i], struct evr__rbuf,
 						 link)))
-			rbuf_free(rb);
+			rbuf_free(p, rb);
 	}
 	p->rfree_bytes = 0;
 
@@ -170,7 +175,7 @@ void evr__pool_fini(struct evr__pool *p)
 		struct evr__chunk *c =
 			evr__container_of(pos, struct evr__chunk, link);
 
-		ibv_dereg_mr(c->mr);
+		evr__dereg_mr(p->acct, c->mr);
 		free(c->mem);
 		free(c->bufs);
 		free(c);

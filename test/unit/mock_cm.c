@@ -579,9 +579,14 @@ void ibv_ack_async_event(struct ibv_async_event *event)
 
 static struct ibv_mr *reg(struct ibv_pd *pd, void *addr, size_t length)
 {
-	struct mock_mr *m = zalloc(sizeof(*m));
+	struct mock_mr *m;
 
 	mock_cm.reg_mr++;
+	if (mock_cm.fail_reg_mr) {
+		errno = mock_cm.fail_reg_mr;
+		return NULL;
+	}
+	m = zalloc(sizeof(*m));
 	m->mr.context = pd->context;
 	m->mr.pd = pd;
 	m->mr.addr = addr;

@@ -52,6 +52,7 @@ struct mock_cm {
 	int fail_create_id, fail_resolve_addr, fail_resolve_route;
 	int fail_connect, fail_accept, fail_reject, fail_create_qp;
 	int fail_bind, fail_listen;
+	int fail_reg_mr; /* ibv_reg_mr and _iova2: NULL with this errno */
 	/* the port's largest message (rendezvous chunk size); 0: 1 GiB */
 	uint32_t port_max_msg_sz;
 	/* every id made, newest first */

@@ -123,7 +123,7 @@ static evr_ctx *ctx_new(void)
 	evr__list_init(&ctx->zombies);
 	evr__list_init(&ctx->held);
 	evr__runq_init(ctx);
-	evr__pool_init(&ctx->pool, NULL, 64, 1); /* empty: grows on demand */
+	evr__pool_init(&ctx->pool, NULL, &ctx->reg, 64, 1); /* empty: grows on demand */
 	evr__ctx_hooks_init(ctx); /* as evr_ctx_create does */
 	ctx->loop = ev_loop_new(0);
 	if (!ctx->loop) {

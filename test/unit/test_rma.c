@@ -11,7 +11,9 @@
  * word changed) and their alignment rule; bounds of both regions; a
  * registration in use cannot be deregistered; ops on a closing conn are
  * refused and ops in flight when the peer vanishes end once with
- * -ECONNRESET.
+ * -ECONNRESET.  Last, registered bytes are counted in the ctx's stats, and
+ * a registration refused under a locked-memory limit (no CAP_IPC_LOCK)
+ * names the limit and how to raise it, once per ctx.
  */
 #include "config.h"
 
@@ -25,6 +27,10 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <linux/capability.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "peer.h"
 
@@ -241,10 +247,101 @@ static void test_ops_and_the_end(void **state)
 	assert_int_equal(evr_mr_dereg(f->mr), 0);
 }
 
+static struct {
+	unsigned errors, warnings;
+	char last_error[1024], last_warning[1024];
+} logged;
+
+static void log_to(enum evr_log_level lvl, const char *msg, void *arg)
+{
+	(void)arg;
+	if (lvl == EVR_LOG_ERROR) {
+		logged.errors++;
+		snprintf(logged.last_error, sizeof(logged.last_error), "%s",
+			 msg);
+	} else if (lvl == EVR_LOG_WARN) {
+		logged.warnings++;
+		snprintf(logged.last_warning, sizeof(logged.last_warning), "%s",
+			 msg);
+	}
+}
+
+/* Run as a server would: without CAP_IPC_LOCK, under an 8 MiB limit. */
+static void drop_ipc_lock(void)
+{
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[2];
+	struct rlimit rl;
+
+	assert_int_equal(syscall(SYS_capget, &h, d), 0);
+	d[0].effective &= ~(1u << CAP_IPC_LOCK);
+	assert_int_equal(syscall(SYS_capset, &h, d), 0);
+	assert_int_equal(getrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	rl.rlim_cur = 8u << 20;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < rl.rlim_cur)
+		rl.rlim_cur = rl.rlim_max;
+	assert_int_equal(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	assert_int_equal(rl.rlim_cur, 8u << 20);
+}
+
+static void test_memlock_explained(void **state)
+{
+	static uint8_t buf[8192];
+	struct evr_ctx_opts o;
+	struct evr_stats st;
+	uint64_t before;
+	struct peer p;
+	evr_ctx *ctx;
+	evr_mr *mr = NULL;
+
+	(void)state;
+	drop_ipc_lock();
+	memset(&logged, 0, sizeof(logged));
+	peer_mocks_reset();
+	peer_ctx_opts(&o);
+	o.log_fn = log_to;
+	o.log_level = EVR_LOG_WARN;
+	ctx = peer_start(&p, &o);
+
+	/* counted while they live */
+	assert_int_equal(evr_mr_reg(ctx, buf, sizeof(buf), 0, &mr), 0);
+	evr_ctx_stats(ctx, &st);
+	assert_int_equal(st.memlock_limit, 8u << 20);
+	assert_true(st.reg_bytes >= sizeof(buf));
+	assert_true(st.pool_bytes <= st.reg_bytes);
+	before = st.reg_bytes - sizeof(buf);
+	assert_int_equal(evr_mr_dereg(mr), 0);
+	evr_ctx_stats(ctx, &st);
+	assert_int_equal(st.reg_bytes, before);
+
+	/* refused for the limit: said once, with the fixes */
+	mock_cm.fail_reg_mr = ENOMEM;
+	assert_int_equal(evr_mr_reg(ctx, buf, sizeof(buf), 0, &mr), -ENOMEM);
+	assert_int_equal(logged.errors, 1);
+	assert_non_null(strstr(logged.last_error, "RLIMIT_MEMLOCK) is 8 MiB"));
+	assert_non_null(strstr(logged.last_error, "8192 bytes for evr_mr_reg"));
+	assert_non_null(strstr(logged.last_error, "ulimit -l"));
+	assert_non_null(strstr(logged.last_error, "LimitMEMLOCK="));
+	assert_non_null(strstr(logged.last_error, "--ulimit memlock"));
+	assert_int_equal(evr_mr_reg(ctx, buf, sizeof(buf), 0, &mr), -ENOMEM);
+	assert_int_equal(logged.errors, 1);
+	/* another cause is not blamed on the limit */
+	mock_cm.fail_reg_mr = EINVAL;
+	assert_int_equal(evr_mr_reg(ctx, buf, sizeof(buf), 0, &mr), -EINVAL);
+	assert_int_equal(logged.errors, 1);
+	assert_int_equal(logged.warnings, 1);
+	assert_null(strstr(logged.last_warning, "RLIMIT"));
+	evr_ctx_stats(ctx, &st);
+	assert_int_equal(st.reg_bytes, before);
+	mock_cm.fail_reg_mr = 0;
+	peer_stop(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_write, setup, teardown),
+		/* test_memlock_explained goes last: it drops CAP_IPC_LOCK */
 		cmocka_unit_test_setup_teardown(test_read, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_write_imm, setup,
 						teardown),
@@ -252,6 +349,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bounds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_ops_and_the_end, setup,
 						teardown),
+		cmocka_unit_test(test_memlock_explained),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
