@@ -665,7 +665,7 @@ static void on_timer(struct evr__timer *t)
 	default:
 		break;
 	}
-	evr__ctx_progress(ctx);
+	/* the loop's timer watcher runs the steps this queued */
 }
 
 /*
@@ -701,7 +701,6 @@ static void on_keepalive(struct evr__timer *t)
 					 "keepalive timed out",
 				 (void *)c, now - c->last_act);
 			evr__conn_fail(c, -ETIMEDOUT);
-			evr__ctx_progress(c->ctx);
 		}
 		return;
 	}
@@ -715,7 +714,6 @@ static void on_keepalive(struct evr__timer *t)
 	c->ctx->st.keepalive_probes++;
 	evr__list_add_tail(&c->ctrlq, &op->h.link);
 	evr__conn_dirty(c);
-	evr__ctx_progress(c->ctx);
 }
 
 /* Take the op's credit, then build its WR.  In this order: whether the
