@@ -281,7 +281,7 @@ int evr__conn_setup_qp(evr_conn *c)
 	c->qp = c->id->qp;
 	ctx->max_inline = a.cap.max_inline_data;
 	evr__sq_init(&c->sq, c->qp, ctx->o.sq_depth, ctx->o.signal_interval,
-		     evr__op_complete, &ctx->st);
+		     evr__op_complete, &ctx->st, &ctx->chain);
 	for (i = 0; i < c->recv_depth; i++) {
 		struct evr__buf *b = evr__pool_get(&ctx->pool);
 

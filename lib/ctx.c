@@ -45,6 +45,8 @@ static void ctx_free(evr_ctx *ctx)
 	if (ctx->devlist)
 		evr__dev_release(ctx);
 	evr__op_free_all(ctx);
+	free(ctx->chain.wr);
+	free(ctx->chain.sge);
 	evr__timers_free(&ctx->timers);
 	if (ctx->own_loop && ctx->loop)
 		ev_loop_destroy(ctx->loop);
@@ -101,6 +103,14 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	evr__list_init(&ctx->held);
 	evr__runq_init(ctx);
 	evr__ctx_hooks_init(ctx);
+	/* one SQ batch of WRs, built at post time (sq.c): an op holds none */
+	ctx->chain.wr = calloc(ctx->o.sq_depth, sizeof(*ctx->chain.wr));
+	ctx->chain.sge = calloc(ctx->o.sq_depth, sizeof(*ctx->chain.sge));
+	if (!ctx->chain.wr || !ctx->chain.sge) {
+		err = -ENOMEM;
+		goto err_free;
+	}
+	ctx->chain.cap = ctx->o.sq_depth;
 
 	if (loop) {
 		ctx->loop = loop;

@@ -169,7 +169,15 @@ struct evr__op {
 #define evr__op_of(w) evr__container_of((w), struct evr__op, h)
 
 /* ---- send queue of one QP: batching and selective signaling (sq.c) ---- */
-#define EVR_SQ_CHAIN 32 /* WRs per ibv_post_send (built on the stack) */
+#define EVR_SQ_CHAIN 32 /* WRs per ibv_post_send without a chain array */
+
+/* Room to build the verbs WRs of a batch in, shared by the SQs of a ctx
+ * (one thread posts at a time): cap WRs and their SGEs. */
+struct evr__wr_chain {
+	struct ibv_send_wr *wr;
+	struct ibv_sge *sge;
+	unsigned cap;
+};
 typedef void (*evr__sq_done_fn)(struct evr__op *op, int status);
 
 struct evr__sq {
@@ -183,11 +191,12 @@ struct evr__sq {
 	unsigned nbatch;	 /* ops on batch */
 	evr__sq_done_fn done;	/* completion of each op, in order */
 	struct evr_stats *st;
+	struct evr__wr_chain *chain; /* NULL: EVR_SQ_CHAIN on the stack */
 };
 
 void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
 		  unsigned interval, evr__sq_done_fn done,
-		  struct evr_stats *st);
+		  struct evr_stats *st, struct evr__wr_chain *chain);
 /* Free slots for new WRs (not counting the open batch). */
 static inline unsigned evr__sq_room(const struct evr__sq *sq)
 {
@@ -195,8 +204,9 @@ static inline unsigned evr__sq_room(const struct evr__sq *sq)
 }
 /* Append op (its opcode and wqe filled in) to the open batch. */
 void evr__sq_add(struct evr__sq *sq, struct evr__op *op);
-/* Post the open batch: its WRs are built on the stack from the ops, up to
- * EVR_SQ_CHAIN at a time, each chain with one ibv_post_send.  On failure
+/* Post the open batch: its WRs are built from the ops in the chain array
+ * (or on the stack, EVR_SQ_CHAIN at a time), each chain with one
+ * ibv_post_send: one call for a batch that fits the array.  On failure
  * the ops that were not posted are completed through done() with the
  * error, and it is returned. */
 int evr__sq_commit(struct evr__sq *sq);
@@ -577,6 +587,7 @@ struct evr_ctx {
 	unsigned nop_free;
 	struct evr_stats st;
 	struct evr__regacct reg; /* what the ctx has registered */
+	struct evr__wr_chain chain; /* WRs of one SQ batch, o.sq_depth */
 	unsigned dispatch_depth;
 };
 

@@ -2,9 +2,11 @@
  * Send queue of one QP: batching and selective signaling.
  *
  * Ops submitted during a loop iteration are chained into one batch and
- * posted with one ibv_post_send per EVR_SQ_CHAIN ops.  An op holds its work
- * request in compact form (struct evr__wqe); the verbs WRs are built here,
- * on the stack, just before the post.  Only one WR in `interval` is
+ * posted with one ibv_post_send.  An op holds its work request in compact
+ * form (struct evr__wqe); the verbs WRs are built here just before the
+ * post, in an array the ctx shares among its SQs (as deep as an SQ, so a
+ * batch is one chain), or without one on the stack, EVR_SQ_CHAIN at a
+ * time.  Only one WR in `interval` is
  * signaled, plus the last WR of every batch, so the SQ never ends with an
  * unsignaled tail whose completion nobody would ever see.  RC completes
  * send WRs in order, so the completion of a signaled WR means every WR
@@ -19,7 +21,8 @@
 #include <string.h>
 
 void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
-		  unsigned interval, evr__sq_done_fn done, struct evr_stats *st)
+		  unsigned interval, evr__sq_done_fn done, struct evr_stats *st,
+		  struct evr__wr_chain *chain)
 {
 	sq->qp = qp;
 	sq->depth = depth;
@@ -35,6 +38,7 @@ void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
 	sq->nbatch = 0;
 	sq->done = done;
 	sq->st = st;
+	sq->chain = chain;
 }
 
 void evr__sq_add(struct evr__sq *sq, struct evr__op *op)
@@ -95,13 +99,13 @@ static void build_wr(const struct evr__op *op, struct ibv_send_wr *wr,
 	}
 }
 
-/* Post the first n ops of the batch as one chain.  The posted ones join
- * the posted FIFO; on failure the rest of the chain stays on the batch
- * and the error is returned. */
-static int post_chain(struct evr__sq *sq, unsigned n)
+/* Post the first n ops of the batch as one chain, built in wrs/sges.  The
+ * posted ones join the posted FIFO; on failure the rest of the chain stays
+ * on the batch and the error is returned. */
+static int post_chain(struct evr__sq *sq, unsigned n, struct ibv_send_wr *wrs,
+		      struct ibv_sge *sges)
 {
-	struct ibv_send_wr wrs[EVR_SQ_CHAIN], *bad = NULL;
-	struct ibv_sge sges[EVR_SQ_CHAIN];
+	struct ibv_send_wr *bad = NULL;
 	struct evr__list *pos = evr__list_first(&sq->batch);
 	unsigned i, nsig = 0;
 	int rc;
@@ -147,8 +151,20 @@ int evr__sq_commit(struct evr__sq *sq)
 		last->send_flags |= IBV_SEND_SIGNALED;
 		sq->unsig_run = 0;
 	}
-	while (sq->nbatch && rc == 0)
-		rc = post_chain(sq, EVR__MIN(sq->nbatch, EVR_SQ_CHAIN));
+	if (sq->chain && sq->chain->cap) {
+		struct evr__wr_chain *ch = sq->chain;
+
+		while (sq->nbatch && rc == 0)
+			rc = post_chain(sq, EVR__MIN(sq->nbatch, ch->cap),
+					ch->wr, ch->sge);
+	} else {
+		struct ibv_send_wr wrs[EVR_SQ_CHAIN];
+		struct ibv_sge sges[EVR_SQ_CHAIN];
+
+		while (sq->nbatch && rc == 0)
+			rc = post_chain(sq, EVR__MIN(sq->nbatch, EVR_SQ_CHAIN),
+					wrs, sges);
+	}
 	if (rc == 0)
 		return 0;
 

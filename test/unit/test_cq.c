@@ -184,7 +184,7 @@ static int setup(void **state)
 	evr__list_init(&f->conn->early);
 	f->conn->state = EVR_CS_ESTABLISHED;
 	f->conn->cq = f->cq;
-	evr__sq_init(&f->conn->sq, FAKE_QP, NOPS, 1, on_done, &ctx->st);
+	evr__sq_init(&f->conn->sq, FAKE_QP, NOPS, 1, on_done, &ctx->st, NULL);
 	evr__list_add_tail(&ctx->conns, &f->conn->link);
 	F = f;
 	*state = f;
@@ -645,7 +645,7 @@ static int pe_setup(void **state)
 		pc->qp.qp_num = 100 + (uint32_t)i;
 		c->qp = &pc->qp;
 		evr__sq_init(&c->sq, c->qp, PE_SQ, 1, evr__op_complete,
-			     &ctx->st);
+			     &ctx->st, &ctx->chain);
 		c->state = EVR_CS_CONNECTING; /* as cm.c leaves it */
 		evr__conn_established(c);
 		assert_int_equal(pc->connects, 1);

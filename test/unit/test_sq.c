@@ -137,7 +137,7 @@ static void test_chains_per_batch(void **state)
 
 	(void)state;
 	memset(&st, 0, sizeof(st));
-	evr__sq_init(&sq, FAKE_QP, 1024, 16, on_done, &st);
+	evr__sq_init(&sq, FAKE_QP, 1024, 16, on_done, &st, NULL);
 	add_range(&sq, 0, 1000);
 	assert_int_equal(mock.post_send_calls, 0); /* nothing until commit */
 	assert_int_equal(evr__sq_room(&sq), 24);
@@ -199,7 +199,7 @@ static void test_signal_interval(void **state)
 		unsigned seed = 99, next = 0, since = 0, b, i, call = 0;
 
 		setup(NULL);
-		evr__sq_init(&sq, FAKE_QP, 256, intervals[t], on_done, NULL);
+		evr__sq_init(&sq, FAKE_QP, 256, intervals[t], on_done, NULL, NULL);
 		assert_int_equal(sq.interval, intervals[t]);
 		while (next < 3000) {
 			unsigned n;
@@ -258,7 +258,7 @@ static void test_interval_clamped(void **state)
 		struct evr__sq sq;
 
 		evr__sq_init(&sq, FAKE_QP, cases[i].depth, cases[i].interval,
-			     on_done, NULL);
+			     on_done, NULL, NULL);
 		assert_int_equal(sq.interval, cases[i].want);
 		assert_int_equal(evr__sq_room(&sq), cases[i].depth);
 	}
@@ -272,7 +272,7 @@ static void test_complete_in_order(void **state)
 	unsigned i;
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 64, 4, on_done, NULL);
+	evr__sq_init(&sq, FAKE_QP, 64, 4, on_done, NULL, NULL);
 	add_range(&sq, 0, 10);
 	assert_int_equal(evr__sq_commit(&sq), 0);
 	/* signaled: 3 (4th), 7 (8th) and the tail 9 */
@@ -304,7 +304,7 @@ static void test_complete_flush(void **state)
 	unsigned i;
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 64, 16, on_done, NULL);
+	evr__sq_init(&sq, FAKE_QP, 64, 16, on_done, NULL, NULL);
 	add_range(&sq, 0, 12);
 	assert_int_equal(evr__sq_commit(&sq), 0);
 	/* the QP went to error: a flushed CQE for op 5 (flushed WRs
@@ -334,7 +334,7 @@ static void test_complete_error(void **state)
 	unsigned i;
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 64, 16, on_done, NULL);
+	evr__sq_init(&sq, FAKE_QP, 64, 16, on_done, NULL, NULL);
 	add_range(&sq, 0, 8);
 	assert_int_equal(evr__sq_commit(&sq), 0);
 	evr__sq_complete(&sq, &ops[4], -EREMOTEIO);
@@ -372,7 +372,7 @@ static void test_post_failure_mid_chain(void **state)
 
 		setup(NULL);
 		memset(&st, 0, sizeof(st));
-		evr__sq_init(&sq, FAKE_QP, 32, 4, on_done, &st);
+		evr__sq_init(&sq, FAKE_QP, 32, 4, on_done, &st, NULL);
 		/* something already posted before */
 		add_range(&sq, 0, 3);
 		assert_int_equal(evr__sq_commit(&sq), 0);
@@ -418,7 +418,7 @@ static void test_post_failure_later_chain(void **state)
 	unsigned i, n = EVR_SQ_CHAIN + 10, bad = 4;
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 256, 8, on_done, NULL);
+	evr__sq_init(&sq, FAKE_QP, 256, 8, on_done, NULL, NULL);
 	mock.post_send_rc = -ENOMEM;
 	mock.post_send_ok_calls = 1;
 	mock.post_send_bad_idx = bad;
@@ -436,6 +436,37 @@ static void test_post_failure_later_chain(void **state)
 	evr__sq_complete(&sq, last_posted(&sq), -ECANCELED);
 	for (i = 0; i < n; i++)
 		assert_int_equal(times_done[i], 1);
+}
+
+/* With a chain array as deep as the SQ (what a ctx gives its SQs), a
+ * batch of any length is one post. */
+static void test_one_post_with_chain(void **state)
+{
+	static struct ibv_send_wr wrs[1024];
+	static struct ibv_sge sges[1024];
+	struct evr__wr_chain ch = {wrs, sges, 1024};
+	struct evr_stats st;
+	struct evr__sq sq;
+	unsigned i;
+
+	(void)state;
+	memset(&st, 0, sizeof(st));
+	evr__sq_init(&sq, FAKE_QP, 1024, 16, on_done, &st, &ch);
+	add_range(&sq, 0, 1000);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_int_equal(mock.post_send_calls, 1);
+	assert_int_equal(mock.posts[0].nwr, 1000);
+	assert_int_equal(mock.posts[0].nsig, 63);
+	assert_int_equal(st.post_send_calls, 1);
+	assert_int_equal(mock_wrs.nsend, 1000);
+	for (i = 0; i < 1000; i++)
+		assert_true(mock_wrs.send[i].wr_id == (uintptr_t)&ops[i].h);
+	/* a second batch reuses the array */
+	complete_signaled(&sq, 0, 1000);
+	add_range(&sq, 1000, 10);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_int_equal(mock.post_send_calls, 2);
+	assert_int_equal(mock_wrs.send[1009].wr_id, (uintptr_t)&ops[1009].h);
 }
 
 /* Each kind of WR is built with the fields its opcode needs. */
@@ -457,7 +488,7 @@ static void test_build_opcodes(void **state)
 	unsigned i, n = sizeof(cases) / sizeof(cases[0]);
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 64, 1, on_done, NULL);
+	evr__sq_init(&sq, FAKE_QP, 64, 1, on_done, NULL, NULL);
 	for (i = 0; i < n; i++) {
 		struct evr__op *op = &ops[i];
 
@@ -509,7 +540,7 @@ static void test_post_failure_no_bad(void **state)
 	unsigned i;
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 32, 4, on_done, NULL);
+	evr__sq_init(&sq, FAKE_QP, 32, 4, on_done, NULL, NULL);
 	mock.post_send_rc = -EINVAL;
 	mock.post_send_bad_idx = 1000; /* past the end: *bad = NULL */
 	add_range(&sq, 0, 6);
@@ -531,7 +562,7 @@ static void test_abandon(void **state)
 	unsigned i;
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 64, 8, on_done, NULL);
+	evr__sq_init(&sq, FAKE_QP, 64, 8, on_done, NULL, NULL);
 	add_range(&sq, 0, 20);
 	assert_int_equal(evr__sq_commit(&sq), 0);
 	evr__sq_complete(&sq, &ops[7], 0);
@@ -560,7 +591,7 @@ static void test_room_accounting(void **state)
 	unsigned seed = 7, next = 0, completed = 0, i;
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 100, 16, on_done, NULL);
+	evr__sq_init(&sq, FAKE_QP, 100, 16, on_done, NULL, NULL);
 	while (next < MAX_OPS) {
 		unsigned n;
 
@@ -596,6 +627,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test_setup(test_chains_per_batch, setup),
+	    cmocka_unit_test_setup(test_one_post_with_chain, setup),
 	    cmocka_unit_test_setup(test_build_opcodes, setup),
 	    cmocka_unit_test_setup(test_signal_interval, setup),
 	    cmocka_unit_test_setup(test_interval_clamped, setup),
