@@ -25,6 +25,8 @@ enum evr__msg_type {
 
 /* type u8 | flags u8 | credits u16 | len u32 (payload bytes) */
 #define EVR_HDR_SIZE 8
+#define EVR_RNDV_REQ_SIZE 24 /* addr u64 | len u64 | rkey u32 | id u32 */
+#define EVR_RNDV_FIN_SIZE 8  /* id u32 | status u32 */
 
 /*
  * Header flags.  EVR_F_WANT: "my window held me back" -- more data
@@ -36,8 +38,6 @@ enum evr__msg_type {
  * message (RNDV_FIN, CREDIT, BYE), is -EPROTO.
  */
 #define EVR_F_WANT 0x01u
-#define EVR_RNDV_REQ_SIZE 24 /* addr u64 | len u64 | rkey u32 | id u32 */
-#define EVR_RNDV_FIN_SIZE 8  /* id u32 | status u32 */
 
 struct evr__hdr {
 	uint8_t type;
