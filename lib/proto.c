@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "bank.h"
 #include "proto.h"
 
 static void put16(uint8_t *p, uint16_t v)
@@ -85,7 +86,7 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 	out->hdr.flags = p[1];
 	out->hdr.credits = get16(p + 2);
 	out->hdr.len = get32(p + 4);
-	if (out->hdr.flags != 0)
+	if (out->hdr.flags & ~EVR_F_WANT)
 		FAIL("unknown header flags");
 	if ((size_t)out->hdr.len != n - EVR_HDR_SIZE)
 		FAIL("header length does not match the bytes received");
@@ -111,7 +112,10 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 		if (out->rndv.addr + out->rndv.len < out->rndv.addr)
 			FAIL("rendezvous address range wraps");
 		return 0;
+	/* control messages carry no flags: EVR_F_WANT is for data */
 	case EVR_T_RNDV_FIN:
+		if (out->hdr.flags)
+			FAIL("window flag on a rendezvous finish");
 		if (out->hdr.len != EVR_RNDV_FIN_SIZE)
 			FAIL("rendezvous finish of the wrong size");
 		out->fin_id = get32(p);
@@ -120,10 +124,14 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 			FAIL("rendezvous finish with a bad status");
 		return 0;
 	case EVR_T_CREDIT:
+		if (out->hdr.flags)
+			FAIL("window flag on a credit update");
 		if (out->hdr.len != 0)
 			FAIL("credit update with a payload");
 		return 0;
 	case EVR_T_BYE:
+		if (out->hdr.flags)
+			FAIL("window flag on a goodbye");
 		if (out->hdr.len != 0)
 			FAIL("goodbye with a payload");
 		return 0;
@@ -143,7 +151,7 @@ size_t evr__hs_encode(uint8_t *out, const struct evr__hs *hs)
 	out[6] = (uint8_t)ulen;
 	out[7] = 0;
 	put16(out + 8, hs->recv_depth);
-	put16(out + 10, 0);
+	put16(out + 10, hs->init_window);
 	put32(out + 12, hs->max_eager);
 	put64(out + 16, hs->max_msg);
 	memcpy(out + EVR_HS_FIXED, hs->user, ulen);
@@ -166,20 +174,31 @@ int evr__hs_decode(const void *buf, size_t n, struct evr__hs *out,
 	if (out->kind < EVR_HS_REQ || out->kind > EVR_HS_REJ)
 		FAIL("unknown handshake kind");
 	out->user_len = p[6];
-	if (p[7] != 0 || get16(p + 10) != 0)
-		FAIL("reserved handshake bytes are not zero");
+	if (p[7] != 0)
+		FAIL("reserved handshake byte is not zero");
 	if (out->user_len > EVR_HS_USER_MAX)
 		FAIL("handshake user data too long");
 	if (EVR_HS_FIXED + (size_t)out->user_len > n)
 		FAIL("handshake user data truncated");
 	out->recv_depth = get16(p + 8);
+	out->init_window = get16(p + 10);
 	out->max_eager = get32(p + 12);
 	out->max_msg = get64(p + 16);
 	memcpy(out->user, p + EVR_HS_FIXED, out->user_len);
-	if (out->kind == EVR_HS_REJ)
-		return 0; /* a reject carries only its reason */
+	if (out->kind == EVR_HS_REJ) {
+		/* a reject carries only its reason: it lends nothing */
+		if (out->init_window != 0)
+			FAIL("reject with an initial window");
+		return 0;
+	}
 	if (out->recv_depth < EVR_HS_MIN_DEPTH)
 		FAIL("peer receive depth too small");
+	/* 0: all of recv_depth at once (a queue per connection) */
+	if (out->init_window > out->recv_depth)
+		FAIL("peer initial window above its receive depth");
+	if (out->init_window != 0 &&
+	    out->init_window < evr__bank_min_window(out->recv_depth))
+		FAIL("peer initial window below the minimum window");
 	if (out->max_eager < EVR_HS_MIN_EAGER ||
 	    out->max_eager > EVR_HS_MAX_EAGER)
 		FAIL("peer eager size out of range");

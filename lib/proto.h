@@ -7,6 +7,7 @@
 #ifndef EVR_PROTO_H
 #define EVR_PROTO_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,17 @@ enum evr__msg_type {
 #define EVR_HDR_SIZE 8
 #define EVR_RNDV_REQ_SIZE 24 /* addr u64 | len u64 | rkey u32 | id u32 */
 #define EVR_RNDV_FIN_SIZE 8  /* id u32 | status u32 */
+
+/*
+ * Header flags.  EVR_F_WANT: "my window held me back" -- more data
+ * messages wait behind this one than the sender has data credits left, so
+ * a receiver lending credits out of a shared receive queue grows the
+ * sender's window (docs/credits.md).  Legal on data messages only (EAGER,
+ * RNDV_REQ); a sender sets it only towards a peer whose handshake carried
+ * a non-zero initial window.  Any other bit, or EVR_F_WANT on a control
+ * message (RNDV_FIN, CREDIT, BYE), is -EPROTO.
+ */
+#define EVR_F_WANT 0x01u
 
 struct evr__hdr {
 	uint8_t type;
@@ -74,12 +86,26 @@ enum evr__hs_kind { EVR_HS_REQ = 1, EVR_HS_REP = 2, EVR_HS_REJ = 3 };
 #define EVR_HS_USER_MAX 32
 #define EVR_HS_MAX (EVR_HS_FIXED + EVR_HS_USER_MAX)
 
+/*
+ * magic u32 | version u8 | kind u8 | user_len u8 | reserved u8 (zero) |
+ * recv_depth u16 | init_window u16 | max_eager u32 | max_msg u64 | user
+ *
+ * init_window is the number of credits I lend you now, when I lend out of
+ * a shared receive queue: at least evr__bank_min_window(recv_depth), at
+ * most recv_depth, and recv_depth stays the most you may ever hold.  Zero
+ * means all of recv_depth now (a receive queue per connection, and every
+ * peer older than the field).  A non-zero init_window in a connect request
+ * also says "I parse init_window and EVR_F_WANT": a reply carries a
+ * non-zero one only when the request did (evr__hs_reply_window()), since
+ * older parsers reject non-zero reserved bytes.  A reject carries zero.
+ */
 struct evr__hs {
 	uint8_t kind;
 	uint8_t user_len;
-	uint16_t recv_depth; /* receive buffers I post (your credits) */
-	uint32_t max_eager;  /* largest eager payload I accept */
-	uint64_t max_msg;    /* largest message I accept */
+	uint16_t recv_depth;  /* receive buffers I post (your credits) */
+	uint16_t init_window; /* credits lent now; 0: all of recv_depth */
+	uint32_t max_eager;   /* largest eager payload I accept */
+	uint64_t max_msg;     /* largest message I accept */
 	uint8_t user[EVR_HS_USER_MAX];
 };
 
@@ -88,6 +114,27 @@ size_t evr__hs_encode(uint8_t *out, const struct evr__hs *hs);
 /* Validates magic, version, kind and every field; -EPROTO with *why. */
 int evr__hs_decode(const void *buf, size_t n, struct evr__hs *out,
 		   const char **why);
+
+/*
+ * The initial window a reply to req may carry when this side would lend
+ * `mine` credits at first: `mine` when the request carried a non-zero
+ * initial window (its sender parses the field), else 0 -- the requester
+ * may predate the field and would reject the reply, so this side must
+ * lend all of the recv_depth it announces, or refuse the connection.
+ */
+static inline uint16_t evr__hs_reply_window(const struct evr__hs *req,
+					    uint16_t mine)
+{
+	return req->init_window ? mine : 0;
+}
+
+/* Does the peer of this handshake lend me a window out of a shared
+ * receive queue?  Only then may my data messages to it carry EVR_F_WANT
+ * (a peer that sent 0 may predate the flag and reject it). */
+static inline bool evr__hs_windowed(const struct evr__hs *peer)
+{
+	return peer->init_window != 0;
+}
 
 /* Sanity bounds a peer's handshake must respect. */
 #define EVR_HS_MIN_DEPTH 4

@@ -8,12 +8,14 @@
  * encoded length (rdma_cm pads private data, so bytes past it are ignored
  * by design).  Parsers and encoders therefore agree on every field of
  * every message type, and no accepted input carries bytes the library
- * would not have sent.
+ * would not have sent.  An accepted header flag is EVR_F_WANT on a data
+ * message, and an accepted initial window is 0 or within its range.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bank.h"
 #include "proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -60,6 +62,11 @@ static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 	if (m.hdr.type == EVR_T_RNDV_REQ &&
 	    (m.rndv.len > lim.max_msg || m.rndv.len <= lim.max_eager))
 		abort();
+	/* no flag but EVR_F_WANT, and that on data messages only */
+	if ((m.hdr.flags & ~EVR_F_WANT) ||
+	    (m.hdr.flags && m.hdr.type != EVR_T_EAGER &&
+	     m.hdr.type != EVR_T_RNDV_REQ))
+		abort();
 	/* the bytes received, exactly */
 	if (encode_msg(buf, &m) != n || memcmp(buf, p, n))
 		abort();
@@ -84,6 +91,12 @@ static void check_hs(const uint8_t *p, size_t n)
 		return;
 	}
 	if (hs.user_len > EVR_HS_USER_MAX)
+		abort();
+	/* an initial window is 0 (all at once), or between the minimum
+	 * window and the depth; a reject lends nothing */
+	if (hs.init_window &&
+	    (hs.kind == EVR_HS_REJ || hs.init_window > hs.recv_depth ||
+	     hs.init_window < evr__bank_min_window(hs.recv_depth)))
 		abort();
 	len = evr__hs_encode(buf, &hs);
 	/* the bytes received up to the encoded length, exactly */

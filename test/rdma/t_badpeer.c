@@ -129,8 +129,9 @@ static const uint8_t lit_bye[8] = {0x05, 0x00, 0x00, 0x00,
 
 /* The connect request's private data (the handshake, fixed part only):
  * magic u32 "EVR1" | version u8 1 | kind u8 (REQ 1) | user_len u8 |
- * reserved u8 | recv_depth u16 | reserved u16 | max_eager u32 |
- * max_msg u64. */
+ * reserved u8 | recv_depth u16 | init_window u16 | max_eager u32 |
+ * max_msg u64.  Window 0: all of recv_depth at once, as every peer before
+ * the field sent. */
 static const uint8_t lit_hs_req[24] = {
     'E',  'V',	'R',  '1',			    /* magic 0x31525645 */
     0x01,					    /* version */
@@ -138,7 +139,7 @@ static const uint8_t lit_hs_req[24] = {
     0x00,					    /* user_len */
     0x00,					    /* reserved */
     0x0f, 0x00,					    /* recv_depth 15 */
-    0x00, 0x00,					    /* reserved */
+    0x00, 0x00,					    /* init_window 0 */
     0x00, 0x20, 0x00, 0x00,			    /* max_eager 8192 */
     0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, /* max_msg 1 MiB */
 };

@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "bank.h"
 #include "evrdma.h"
 #include "proto.h"
 
@@ -243,8 +244,19 @@ static const struct bad_msg bad_msgs[] = {
     {"unknown type 0", 0, 0, 0, 0, 0, 0, 0},
     {"unknown type 6", 6, 0, 0, 0, 0, 0, 0},
     {"unknown type 255", 255, 0, 4, 4, 0, 0, 0},
-    {"flags 1", EVR_T_EAGER, 1, 4, 4, 0, 0, 0},
+    {"flags 2", EVR_T_EAGER, 2, 4, 4, 0, 0, 0},
     {"flags 0x80", EVR_T_CREDIT, 0x80, 0, 0, 0, 0, 0},
+    {"flags 0x81 on eager", EVR_T_EAGER, 0x81, 4, 4, 0, 0, 0},
+    {"flags 0xff on rndv req", EVR_T_RNDV_REQ, 0xff, 24, 24, 0x1000, 1 << 20,
+     0},
+    {"want on credit", EVR_T_CREDIT, EVR_F_WANT, 0, 0, 0, 0, 0},
+    {"want on bye", EVR_T_BYE, EVR_F_WANT, 0, 0, 0, 0, 0},
+    {"want on rndv fin", EVR_T_RNDV_FIN, EVR_F_WANT, 8, 8, 0, 0, 0},
+    {"want on unknown type 6", 6, EVR_F_WANT, 0, 0, 0, 0, 0},
+    {"want on eager larger than max_eager", EVR_T_EAGER, EVR_F_WANT, 8193, 8193,
+     0, 0, 0},
+    {"want on rndv len == max_eager", EVR_T_RNDV_REQ, EVR_F_WANT, 24, 24,
+     0x1000, 8192, 0},
     {"eager larger than max_eager", EVR_T_EAGER, 0, 8193, 8193, 0, 0, 0},
     {"rndv req short", EVR_T_RNDV_REQ, 0, 23, 23, 0x1000, 1 << 20, 0},
     {"rndv req long", EVR_T_RNDV_REQ, 0, 25, 25, 0x1000, 1 << 20, 0},
@@ -326,6 +338,11 @@ static void test_msg_boundaries_accepted(void **state)
 	     (uint32_t)-4095},
 	    {"credit", EVR_T_CREDIT, 0, 0, 0, 0, 0, 0},
 	    {"bye", EVR_T_BYE, 0, 0, 0, 0, 0, 0},
+	    {"want on eager at max_eager", EVR_T_EAGER, EVR_F_WANT, 8192, 8192,
+	     0, 0, 0},
+	    {"want on empty eager", EVR_T_EAGER, EVR_F_WANT, 0, 0, 0, 0, 0},
+	    {"want on rndv len == max_eager + 1", EVR_T_RNDV_REQ, EVR_F_WANT,
+	     24, 24, 0x1000, 8193, 0},
 	};
 	static uint8_t buf[EVR_HDR_SIZE + 9000];
 	struct evr__parsed p;
@@ -387,6 +404,103 @@ static void test_msg_limits_are_the_callers(void **state)
 	assert_int_equal(parse_exact(buf, n, &lim, &p, NULL), 0);
 }
 
+/* ---- the window flag ---- */
+
+/* EVR_F_WANT on a data message: byte 1 is 0x01 and it reads back. */
+static void test_want_on_data(void **state)
+{
+	static const uint8_t eager_bytes[] = {
+	    0x01, 0x01, 0x05, 0x00, 0x03, 0x00, 0x00, 0x00, 'a', 'b', 'c'};
+	uint8_t buf[EVR_HDR_SIZE + EVR_RNDV_REQ_SIZE];
+	struct evr__hdr h = {EVR_T_EAGER, EVR_F_WANT, 5, 3};
+	struct evr__rndv_req r = {0x1000, 8193, 7, 9};
+	struct evr__parsed p;
+	const char *why = NULL;
+
+	(void)state;
+	assert_int_equal(EVR_F_WANT, 0x01);
+	memset(buf, 0xaa, sizeof(buf));
+	evr__hdr_encode(buf, &h);
+	memcpy(buf + EVR_HDR_SIZE, "abc", 3);
+	assert_memory_equal(buf, eager_bytes, sizeof(eager_bytes));
+	assert_int_equal(
+	    parse_exact(eager_bytes, sizeof(eager_bytes), &lim, &p, &why), 0);
+	assert_int_equal(p.hdr.type, EVR_T_EAGER);
+	assert_int_equal(p.hdr.flags, EVR_F_WANT);
+	assert_int_equal(p.hdr.credits, 5);
+	assert_int_equal(p.hdr.len, 3);
+	assert_ptr_equal(p.payload, eager_bytes + EVR_HDR_SIZE);
+
+	h.type = EVR_T_RNDV_REQ;
+	h.len = EVR_RNDV_REQ_SIZE;
+	evr__hdr_encode(buf, &h);
+	evr__rndv_req_encode(buf + EVR_HDR_SIZE, &r);
+	assert_int_equal(buf[1], 0x01);
+	assert_int_equal(parse_exact(buf, sizeof(buf), &lim, &p, &why), 0);
+	assert_int_equal(p.hdr.type, EVR_T_RNDV_REQ);
+	assert_int_equal(p.hdr.flags, EVR_F_WANT);
+	assert_true(p.rndv.len == 8193);
+	assert_int_equal(p.rndv.id, 9);
+}
+
+/*
+ * A control message that parses without flags is rejected with the flag,
+ * for that reason: the window grows on data only, and control messages
+ * use the reserve (docs/credits.md).  Unknown bits stay unknown on every
+ * type, EVR_F_WANT with them included.
+ */
+static void test_want_only_on_data(void **state)
+{
+	static const struct {
+		struct bad_msg m;
+		const char *why;
+	} cases[] = {
+	    {{"fin", EVR_T_RNDV_FIN, 0, 8, 8, 0, 0, 0},
+	     "window flag on a rendezvous finish"},
+	    {{"credit", EVR_T_CREDIT, 0, 0, 0, 0, 0, 0},
+	     "window flag on a credit update"},
+	    {{"bye", EVR_T_BYE, 0, 0, 0, 0, 0, 0}, "window flag on a goodbye"},
+	};
+	static const uint8_t types[] = {EVR_T_EAGER, EVR_T_RNDV_REQ,
+					EVR_T_RNDV_FIN, EVR_T_CREDIT,
+					EVR_T_BYE};
+	uint8_t buf[EVR_HDR_SIZE + 64];
+	struct evr__parsed p;
+	size_t i, n;
+	unsigned f;
+
+	(void)state;
+	for (i = 0; i < ARRAY_SIZE(cases); i++) {
+		struct bad_msg m = cases[i].m;
+		const char *why = NULL;
+
+		n = build_msg(buf, &m);
+		assert_int_equal(parse_exact(buf, n, &lim, &p, &why), 0);
+		m.flags = EVR_F_WANT;
+		n = build_msg(buf, &m);
+		assert_int_equal(parse_exact(buf, n, &lim, &p, &why), -EPROTO);
+		assert_string_equal(why, cases[i].why);
+	}
+	for (i = 0; i < ARRAY_SIZE(types); i++) {
+		for (f = 2; f < 256; f++) {
+			struct bad_msg m = {"", types[i], (uint8_t)f, 0,
+					    0,	0x1000,	  1 << 20,    0};
+			const char *why = NULL;
+
+			if (types[i] == EVR_T_EAGER)
+				m.hdr_len = m.body = 4;
+			else if (types[i] == EVR_T_RNDV_REQ)
+				m.hdr_len = m.body = 24;
+			else if (types[i] == EVR_T_RNDV_FIN)
+				m.hdr_len = m.body = 8;
+			n = build_msg(buf, &m);
+			assert_int_equal(parse_exact(buf, n, &lim, &p, &why),
+					 -EPROTO);
+			assert_string_equal(why, "unknown header flags");
+		}
+	}
+}
+
 /* ---- handshake ---- */
 
 static void fill_hs(struct evr__hs *hs, uint8_t kind, uint8_t ulen)
@@ -418,6 +532,15 @@ static void test_hs_roundtrip(void **state)
 
 			fill_hs(&in, kinds[i], ulens[j]);
 			in.recv_depth = (uint16_t)(4 + i * 1000 + j);
+			/* no window, the smallest, the largest, one between */
+			if (kinds[i] != EVR_HS_REJ && j == 1)
+				in.init_window = EVR_HS_MIN_DEPTH;
+			else if (kinds[i] != EVR_HS_REJ && j == 2)
+				in.init_window = in.recv_depth;
+			else if (kinds[i] != EVR_HS_REJ && j == 3)
+				in.init_window = (uint16_t)((in.recv_depth +
+							     EVR_HS_MIN_DEPTH) /
+							    2);
 			n = evr__hs_encode(buf, &in);
 			assert_int_equal(n, EVR_HS_FIXED + ulens[j]);
 			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
@@ -425,6 +548,7 @@ static void test_hs_roundtrip(void **state)
 			assert_int_equal(out.kind, kinds[i]);
 			assert_int_equal(out.user_len, ulens[j]);
 			assert_int_equal(out.recv_depth, in.recv_depth);
+			assert_int_equal(out.init_window, in.init_window);
 			assert_int_equal(out.max_eager, in.max_eager);
 			assert_true(out.max_msg == in.max_msg);
 			assert_memory_equal(out.user, in.user, ulens[j]);
@@ -442,7 +566,7 @@ static void test_hs_wire_layout(void **state)
 		0x03,			/* user_len */
 		0x00,			/* reserved */
 		0x34, 0x12,		/* recv_depth */
-		0x00, 0x00,		/* reserved */
+		0x00, 0x00,		/* init_window 0: all at once */
 		0x00, 0x20, 0x00, 0x00,	/* max_eager 8192 */
 		0x08, 0x07, 0x06, 0x05,	/* max_msg */
 		0x04, 0x03, 0x02, 0x01,
@@ -554,8 +678,11 @@ static const struct bad_hs bad_hss[] = {
     {"user_len 255", 6, 1, 255, 300 - 32},
     {"user data truncated", 6, 1, 9, 0},
     {"reserved byte 7", 7, 1, 1, 0},
-    {"reserved byte 10", 10, 1, 1, 0},
-    {"reserved byte 11", 11, 1, 0x80, 0},
+    {"init window 1", 10, 2, 1, 0},
+    {"init window 3", 10, 2, EVR_HS_MIN_DEPTH - 1, 0},
+    {"init window 0x8000 (depth 64)", 11, 1, 0x80, 0},
+    {"init window 65 (depth 64)", 10, 2, 65, 0},
+    {"init window 65535 (depth 64)", 10, 2, 65535, 0},
     {"depth 0", 8, 2, 0, 0},
     {"depth 3", 8, 2, EVR_HS_MIN_DEPTH - 1, 0},
     {"eager 0", 12, 4, 0, 0},
@@ -607,6 +734,8 @@ static void test_hs_boundaries_accepted(void **state)
 	static const struct bad_hs ok[] = {
 	    {"depth 4", 8, 2, EVR_HS_MIN_DEPTH, 0},
 	    {"depth 65535", 8, 2, 65535, 0},
+	    {"init window 4", 10, 2, EVR_HS_MIN_DEPTH, 0},
+	    {"init window 64 (depth 64)", 10, 2, 64, 0},
 	    {"eager 64 (max_msg above)", 12, 4, EVR_HS_MIN_EAGER, 0},
 	    {"max_msg == eager", 16, 8, 8192, 0},
 	};
@@ -633,6 +762,172 @@ static void test_hs_boundaries_accepted(void **state)
 	hs.max_msg = EVR_HS_MAX_EAGER;
 	n = evr__hs_encode(buf, &hs);
 	assert_int_equal(hs_decode_exact(buf, n, &out, NULL), 0);
+}
+
+/*
+ * The initial window against the depth it is announced with, at both ends
+ * of the legal range and one past each, for depths on both sides of where
+ * the reserve changes; each rejection for its own reason.
+ */
+static void test_hs_window_range(void **state)
+{
+	static const uint16_t depths[] = {EVR_HS_MIN_DEPTH, 7, 8, 64, 65535};
+	static const uint8_t kinds[] = {EVR_HS_REQ, EVR_HS_REP};
+	uint8_t buf[EVR_HS_MAX];
+	struct evr__hs hs, out;
+	size_t i, k, n;
+
+	(void)state;
+	for (k = 0; k < ARRAY_SIZE(kinds); k++) {
+		for (i = 0; i < ARRAY_SIZE(depths); i++) {
+			uint16_t d = depths[i];
+			uint16_t lo = (uint16_t)evr__bank_min_window(d);
+			const char *why = NULL;
+
+			assert_true(lo >= EVR_HS_MIN_DEPTH && lo <= d);
+			fill_hs(&hs, kinds[k], 0);
+			hs.recv_depth = d;
+			/* accepted: 0, the minimum, the depth */
+			hs.init_window = 0;
+			n = evr__hs_encode(buf, &hs);
+			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
+					 0);
+			assert_int_equal(out.init_window, 0);
+			hs.init_window = lo;
+			n = evr__hs_encode(buf, &hs);
+			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
+					 0);
+			assert_int_equal(out.init_window, lo);
+			hs.init_window = d;
+			n = evr__hs_encode(buf, &hs);
+			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
+					 0);
+			assert_int_equal(out.init_window, d);
+			/* rejected: one below the minimum, 1, above the depth
+			 */
+			hs.init_window = (uint16_t)(lo - 1);
+			n = evr__hs_encode(buf, &hs);
+			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
+					 -EPROTO);
+			assert_string_equal(
+			    why,
+			    "peer initial window below the minimum window");
+			hs.init_window = 1;
+			n = evr__hs_encode(buf, &hs);
+			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
+					 -EPROTO);
+			assert_string_equal(
+			    why,
+			    "peer initial window below the minimum window");
+			if (d == 65535)
+				continue;
+			hs.init_window = (uint16_t)(d + 1);
+			n = evr__hs_encode(buf, &hs);
+			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
+					 -EPROTO);
+			assert_string_equal(
+			    why, "peer initial window above its receive depth");
+			hs.init_window = 65535;
+			n = evr__hs_encode(buf, &hs);
+			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
+					 -EPROTO);
+			assert_string_equal(
+			    why, "peer initial window above its receive depth");
+		}
+	}
+}
+
+/* A reject lends nothing: a window in it is -EPROTO; byte 7 stays
+ * reserved in every kind. */
+static void test_hs_reject_and_reserved(void **state)
+{
+	static const uint8_t kinds[] = {EVR_HS_REQ, EVR_HS_REP, EVR_HS_REJ};
+	uint8_t buf[EVR_HS_MAX];
+	struct evr__hs hs, out;
+	const char *why = NULL;
+	size_t i, n;
+
+	(void)state;
+	fill_hs(&hs, EVR_HS_REJ, 4);
+	hs.init_window = 8;
+	n = evr__hs_encode(buf, &hs);
+	assert_int_equal(hs_decode_exact(buf, n, &out, &why), -EPROTO);
+	assert_string_equal(why, "reject with an initial window");
+	hs.init_window = 0;
+	n = evr__hs_encode(buf, &hs);
+	assert_int_equal(hs_decode_exact(buf, n, &out, &why), 0);
+
+	for (i = 0; i < ARRAY_SIZE(kinds); i++) {
+		fill_hs(&hs, kinds[i], 0);
+		if (kinds[i] != EVR_HS_REJ)
+			hs.init_window = 8;
+		n = evr__hs_encode(buf, &hs);
+		assert_int_equal(buf[7], 0);
+		assert_int_equal(hs_decode_exact(buf, n, &out, &why), 0);
+		buf[7] = 0x01;
+		assert_int_equal(hs_decode_exact(buf, n, &out, &why), -EPROTO);
+		assert_string_equal(why, "reserved handshake byte is not zero");
+	}
+}
+
+/*
+ * Mixed versions.  A peer older than the initial window sends literal
+ * zero in bytes 10-11 and rejects anything else there.  Its request
+ * decodes to window 0 (all of recv_depth, mode 1); the reply to it then
+ * carries 0 whatever this side would lend, which an old parser accepts,
+ * and EVR_F_WANT is never sent to it.  A request with a window answers
+ * with one and gets EVR_F_WANT.
+ */
+static void test_hs_old_peer(void **state)
+{
+	/* clang-format off */
+	static const uint8_t old_req[EVR_HS_FIXED] = {
+		0x45, 0x56, 0x52, 0x31,	/* magic "EVR1" */
+		0x01,			/* version */
+		0x01,			/* kind: REQ */
+		0x00,			/* user_len */
+		0x00,			/* reserved */
+		0x40, 0x00,		/* recv_depth 64 */
+		0x00, 0x00,		/* reserved in the old layout */
+		0x00, 0x20, 0x00, 0x00,	/* max_eager 8192 */
+		0x00, 0x00, 0x00, 0x04,	/* max_msg 64 MiB */
+		0x00, 0x00, 0x00, 0x00,
+	};
+	/* clang-format on */
+	uint8_t buf[EVR_HS_MAX];
+	struct evr__hs req, rep, out;
+	const char *why = NULL;
+	size_t n;
+
+	(void)state;
+	assert_int_equal(hs_decode_exact(old_req, sizeof(old_req), &req, &why),
+			 0);
+	assert_int_equal(req.recv_depth, 64);
+	assert_int_equal(req.init_window, 0);
+	assert_false(evr__hs_windowed(&req));
+	/* an SRQ side that would lend 8 must answer an old peer with 0 ... */
+	fill_hs(&rep, EVR_HS_REP, 0);
+	rep.init_window = evr__hs_reply_window(&req, 8);
+	assert_int_equal(rep.init_window, 0);
+	n = evr__hs_encode(buf, &rep);
+	/* ... which is byte for byte what an old side encodes: bytes 10-11
+	 * zero, the only value an old parser takes there */
+	assert_int_equal(buf[10], 0);
+	assert_int_equal(buf[11], 0);
+	assert_int_equal(hs_decode_exact(buf, n, &out, &why), 0);
+	assert_false(evr__hs_windowed(&out));
+
+	/* a request with a window gets one back and takes EVR_F_WANT */
+	fill_hs(&req, EVR_HS_REQ, 0);
+	req.init_window = 8;
+	n = evr__hs_encode(buf, &req);
+	assert_int_equal(buf[10], 8);
+	assert_int_equal(buf[11], 0);
+	assert_int_equal(hs_decode_exact(buf, n, &out, &why), 0);
+	assert_true(evr__hs_windowed(&out));
+	assert_int_equal(evr__hs_reply_window(&out, 16), 16);
+	/* a mode-1 side answers it with 0 all the same */
+	assert_int_equal(evr__hs_reply_window(&out, 0), 0);
 }
 
 static void test_hs_short(void **state)
@@ -704,6 +999,8 @@ int main(void)
 	    cmocka_unit_test(test_msg_malformed),
 	    cmocka_unit_test(test_msg_boundaries_accepted),
 	    cmocka_unit_test(test_msg_limits_are_the_callers),
+	    cmocka_unit_test(test_want_on_data),
+	    cmocka_unit_test(test_want_only_on_data),
 	    cmocka_unit_test(test_hs_roundtrip),
 	    cmocka_unit_test(test_hs_wire_layout),
 	    cmocka_unit_test(test_hs_encode_clamps_user),
@@ -712,6 +1009,9 @@ int main(void)
 	    cmocka_unit_test(test_hs_short),
 	    cmocka_unit_test(test_hs_malformed),
 	    cmocka_unit_test(test_hs_boundaries_accepted),
+	    cmocka_unit_test(test_hs_window_range),
+	    cmocka_unit_test(test_hs_reject_and_reserved),
+	    cmocka_unit_test(test_hs_old_peer),
 	    cmocka_unit_test(test_rkey_layout),
 	};
 
