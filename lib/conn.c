@@ -91,6 +91,10 @@ void evr__conn_to(evr_conn *c, enum evr__conn_state to)
 static void on_timer(struct evr__timer *t);
 static void on_keepalive(struct evr__timer *t);
 
+/* A resolution step's bound that passes while rdma_cm events wait to be
+ * read is checked again this much later. */
+#define EVR_CM_BACKLOG_RECHECK_MS 50
+
 evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 			const struct evr_conn_opts *opts)
 {
@@ -639,6 +643,14 @@ static void on_timer(struct evr__timer *t)
 	switch (c->state) {
 	case EVR_CS_RESOLVING_ADDR:
 	case EVR_CS_RESOLVING_ROUTE:
+		if (ctx->cm_more) {
+			/* rdma_cm events are still waiting for us (a burst
+			 * of connects): the answer may be among them, and
+			 * our own backlog is not the network's silence */
+			timer_start(c, EVR_CM_BACKLOG_RECHECK_MS);
+			break;
+		}
+		/* fall through */
 	case EVR_CS_CONNECTING:
 	case EVR_CS_ACCEPTING:
 		EVR_INFO(ctx, "connect timed out in state %s",
