@@ -19,7 +19,6 @@
 
 #include <assert.h>
 #include <errno.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,19 +90,6 @@ void evr__conn_to(evr_conn *c, enum evr__conn_state to)
 
 static void on_timer(struct evr__timer *t);
 static void on_keepalive(struct evr__timer *t);
-
-/* A resolution step's bound that passes while rdma_cm events wait to be
- * read is checked again this much later. */
-#define EVR_CM_BACKLOG_RECHECK_MS 50
-
-/* rdma_cm events wait in the channel, unread.  Asked of the fd itself:
- * cm_more may still say so after a batch that emptied the channel. */
-static bool cm_events_waiting(evr_ctx *ctx)
-{
-	struct pollfd p = {.fd = ctx->cm_ch->fd, .events = POLLIN};
-
-	return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
-}
 
 evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 			const struct evr_conn_opts *opts)
@@ -657,14 +643,6 @@ static void on_timer(struct evr__timer *t)
 	switch (c->state) {
 	case EVR_CS_RESOLVING_ADDR:
 	case EVR_CS_RESOLVING_ROUTE:
-		if (cm_events_waiting(ctx)) {
-			/* rdma_cm events are still waiting for us (a burst
-			 * of connects): the answer may be among them, and
-			 * our own backlog is not the network's silence */
-			timer_start(c, EVR_CM_BACKLOG_RECHECK_MS);
-			break;
-		}
-		/* fall through */
 	case EVR_CS_CONNECTING:
 	case EVR_CS_ACCEPTING:
 		EVR_INFO(ctx, "connect timed out in state %s",
