@@ -10,11 +10,13 @@
  * percentile round trip and the rates; exits non-zero on any mismatch,
  * error or timeout.
  *
- * All CONNS connects are issued at once (a burst).  One process takes up
- * to 10000: the limit is memory, not fds (one rdma_cm channel for all),
- * about 0.5 MiB of receive buffers per connection on each side with the
- * default options, plus a QP.  For more, run several clients at once:
- *   for i in 1 2 3 4; do echo_client -a ADDR -c 1000 & done; wait
+ * All CONNS connects are issued at once (a burst), up to 10000.  The
+ * limits are memory, not fds (one rdma_cm channel for all): about 0.5 MiB
+ * of receive buffers per connection on each side with the default
+ * options, plus a QP; and time: this process sets its QPs up one after the
+ * other, which for many hundreds can outlast a connect's resolution bound.
+ * Spread a large burst over several clients:
+ *   for i in 1 2 3 4; do echo_client -a ADDR -c 250 & done; wait
  */
 #include <ev.h>
 #include <stdio.h>
