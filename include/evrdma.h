@@ -126,8 +126,15 @@ struct evr_ctx_opts {
 	size_t eager_size;	 /**< largest eager payload, default 8192 */
 	size_t max_msg_size;	 /**< largest message accepted, default 64 MiB */
 	unsigned signal_interval; /**< signal 1 send WR in N, default 16 */
-	/** Bound on a connect or accept, default 5000: past it on_connect
-	 *  fires with -ETIMEDOUT (evr_conn_opts.timeout_ms overrides it). */
+	/** Bound on the silent steps of a connect, default 5000: past it
+	 *  on_connect fires with -ETIMEDOUT (evr_conn_opts.timeout_ms
+	 *  overrides it).  It bounds address resolution and route resolution,
+	 *  each.  Once the
+	 *  request is sent, the wait for the answer -- which may be queued
+	 *  behind many others at a busy server -- is bounded by the rdma_cm
+	 *  itself (the server's CM acknowledges a request it queued, and the
+	 *  client's CM gives up on a server that never answers:
+	 *  -ETIMEDOUT) and, as a safety net, by connect_reply_ms. */
 	unsigned connect_timeout_ms;
 	/** Bound on a graceful close, default 5000: past it the conn is
 	 *  aborted and on_close fires with -ETIMEDOUT (see evr_conn_close). */
@@ -168,6 +175,19 @@ struct evr_ctx_opts {
 	evr_log_fn log_fn;
 	void *log_arg;
 	enum evr_log_level log_level; /**< with log_fn, default EVR_LOG_WARN */
+	/** Connect requests a listener lets wait in the kernel before its
+	 *  accept callback sees them, when evr_listen() is given a backlog
+	 *  of 0 or less (default 4096).  The kernel caps it at
+	 *  net.rdma_ucm.max_backlog (1024 unless raised); a request beyond
+	 *  it is dropped and the client's CM sends it again a few seconds
+	 *  later. */
+	unsigned listen_backlog;
+	/** Safety bound on the wait for the answer to a connect request
+	 *  that was sent, in ms (default 30000; never less than the connect
+	 *  timeout): past it on_connect fires with -ETIMEDOUT.  An accepted
+	 *  conn waits as long for the client to complete the handshake (the
+	 *  client may have a queue of its own).  See connect_timeout_ms. */
+	unsigned connect_reply_ms;
 };
 
 /** Fill opts with the defaults and record sizeof(*opts) in opts->size, as
@@ -442,8 +462,15 @@ typedef void (*evr_accept_cb)(evr_listener *l, evr_conn_req *req,
 
 /**
  * Listen on host:port (host NULL or "0.0.0.0" or "::" for any).  port 0
- * picks a free port: see evr_listener_port().  On success *out is owned by
- * the caller until evr_listener_close().
+ * picks a free port: see evr_listener_port().  backlog: connect requests
+ * that may wait in the kernel for the accept callback; 0 or less takes
+ * evr_ctx_opts.listen_backlog.  The loop hands a bounded batch of
+ * requests to the callback per iteration, so completions keep flowing
+ * under a burst of thousands of connects.  A request that cannot be taken
+ * (bad handshake, wrong device, the callback answered nothing, setting up
+ * its connection failed) is rejected with a reason, never left to time
+ * out: the client sees -ECONNREFUSED.  On success *out is owned by the
+ * caller until evr_listener_close().
  */
 EVR_EXPORT int evr_listen(evr_ctx *ctx, const char *host, uint16_t port,
 			  int backlog, evr_accept_cb cb, void *arg,

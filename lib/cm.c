@@ -19,6 +19,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,6 +104,27 @@ static int take_conn_opts(evr_ctx *ctx, const struct evr_conn_opts *in,
 			      in ? in : &dflt);
 }
 
+/*
+ * The connect bound.  conn_tmo_ms() (evr_conn_opts.timeout_ms, else the
+ * ctx's connect_timeout_ms) bounds what only a silent network or a silent
+ * server can make long: address and route resolution.  Once the request
+ * is out, its answer may wait behind thousands of others in the server's
+ * queue: the server's CM acknowledges a request it has queued (an MRA,
+ * which stretches the client CM's own timeout), and the client's CM ends
+ * a connect no one answers with UNREACHABLE/-ETIMEDOUT after its retries.
+ * Our own timer then only guards against a CM that never says anything,
+ * with reply_tmo_ms(): a bound a queue of thousands fits in.
+ */
+static unsigned conn_tmo_ms(const evr_conn *c)
+{
+	return c->o.timeout_ms ? c->o.timeout_ms : c->ctx->o.connect_timeout_ms;
+}
+
+static unsigned reply_tmo_ms(const evr_conn *c)
+{
+	return EVR__MAX(conn_tmo_ms(c), c->ctx->o.connect_reply_ms);
+}
+
 /* ---- active side ---- */
 
 int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
@@ -158,8 +180,7 @@ err_free:
 static void on_addr_resolved(evr_conn *c)
 {
 	evr_ctx *ctx = c->ctx;
-	unsigned tmo = c->o.timeout_ms ? c->o.timeout_ms
-				       : ctx->o.connect_timeout_ms;
+	unsigned tmo = conn_tmo_ms(c);
 	int err;
 
 	err = evr__dev_bind(ctx, c->id->verbs);
@@ -181,6 +202,9 @@ static void on_addr_resolved(evr_conn *c)
 		return;
 	}
 	evr__conn_to(c, EVR_CS_RESOLVING_ROUTE);
+	/* each step is bounded on its own: a busy loop of our own (setting
+	 * up a thousand QPs) is not the network's silence */
+	evr__ctx_timer_after(ctx, &c->timer, tmo / 1000.0);
 }
 
 static void on_route_resolved(evr_conn *c)
@@ -202,6 +226,8 @@ static void on_route_resolved(evr_conn *c)
 		return;
 	}
 	evr__conn_to(c, EVR_CS_CONNECTING);
+	/* resolution is done: from here on the CM watches for silence */
+	evr__ctx_timer_after(c->ctx, &c->timer, reply_tmo_ms(c) / 1000.0);
 }
 
 static void on_rejected(evr_conn *c, const struct cm_ev *e)
@@ -214,8 +240,23 @@ static void on_rejected(evr_conn *c, const struct cm_ev *e)
 		c->rej_len = hs.user_len;
 		memcpy(c->rej, hs.user, hs.user_len);
 	}
-	EVR_INFO(c->ctx, "connect rejected (cm status %d)%s", e->status,
-		 c->rej_len ? " with a reason" : "");
+	if (c->rej_len) {
+		char txt[EVR_HS_USER_MAX + 1];
+		size_t i;
+
+		/* the library's reasons are text; show a user's bytes too */
+		for (i = 0; i < c->rej_len; i++)
+			txt[i] = c->rej[i] >= 0x20 && c->rej[i] < 0x7f
+					 ? (char)c->rej[i]
+					 : '.';
+		txt[i] = 0;
+		EVR_INFO(c->ctx, "connect rejected (cm status %d): \"%s\"",
+			 e->status, txt);
+	} else {
+		EVR_INFO(c->ctx, "connect rejected (cm status %d%s)",
+			 e->status,
+			 e->status == 28 ? ": no listener on that port" : "");
+	}
 	evr__conn_fail(c, -ECONNREFUSED);
 }
 
@@ -328,6 +369,20 @@ unexpected:
 
 /* ---- passive side ---- */
 
+/* The kernel's cap on a listener's backlog (INT_MAX if unknown). */
+static int max_backlog(void)
+{
+	FILE *f = fopen("/proc/sys/net/rdma_ucm/max_backlog", "re");
+	int v = INT_MAX;
+
+	if (f) {
+		if (fscanf(f, "%d", &v) != 1 || v <= 0)
+			v = INT_MAX;
+		fclose(f);
+	}
+	return v;
+}
+
 int evr_listen(evr_ctx *ctx, const char *host, uint16_t port, int backlog,
 	       evr_accept_cb cb, void *arg, evr_listener **out)
 {
@@ -362,7 +417,14 @@ int evr_listen(evr_ctx *ctx, const char *host, uint16_t port, int backlog,
 			ctx->devname);
 		goto err_destroy;
 	}
-	if (rdma_listen(l->id, backlog > 0 ? backlog : 128)) {
+	if (backlog <= 0)
+		backlog = (int)EVR__MIN(ctx->o.listen_backlog, (unsigned)INT_MAX);
+	if (backlog > max_backlog())
+		EVR_INFO(ctx,
+			 "listen backlog %d: the kernel keeps %d "
+			 "(net.rdma_ucm.max_backlog)",
+			 backlog, max_backlog());
+	if (rdma_listen(l->id, backlog)) {
 		err = -errno;
 		goto err_destroy;
 	}
@@ -487,10 +549,9 @@ int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 	}
 	req->answered = true;
 	evr__conn_to(c, EVR_CS_ACCEPTING);
-	evr__ctx_timer_after(ctx, &c->timer,
-			     (opts->timeout_ms ? opts->timeout_ms
-					       : ctx->o.connect_timeout_ms) /
-				     1000.0);
+	/* the client's answer (its RTU) may wait behind its own queue of
+	 * connects: the reply bound, as for a connect's */
+	evr__ctx_timer_after(ctx, &c->timer, reply_tmo_ms(c) / 1000.0);
 	if (out)
 		*out = c;
 	return 0;

@@ -166,7 +166,11 @@ static void send_wc(struct evr__wr *w, const struct ibv_wc *wc)
 	c->last_act = ev_now(c->ctx->loop); /* a sign of life (keepalive) */
 	evr__sq_complete(&c->sq, op, status);
 	if (status)
-		evr__conn_fail(c, evr__wc_conn_errno(wc->status));
+		/* after the peer's BYE, a send that fails (a keepalive
+		 * probe that met its QP gone) is the peer leaving as it
+		 * said it would */
+		evr__conn_fail(c, c->peer_bye ? -ESHUTDOWN
+					      : evr__wc_conn_errno(wc->status));
 	else if (!evr__conn_open(c))
 		evr__conn_kick(c);
 	if (!evr__list_empty(&c->sendq) || !evr__list_empty(&c->ctrlq))
@@ -695,6 +699,17 @@ static void on_keepalive(struct evr__timer *t)
 	if (!evr__conn_up(c))
 		return; /* and no next tick */
 	evr__timer_start(&c->ctx->timers, t, now + c->ka_idle / 2);
+	if (c->peer_bye) {
+		/* The peer closes gracefully: its disconnect ends the conn,
+		 * and a probe would only race it (behind a burst of closes
+		 * the DISCONNECTED event can wait seconds).  A peer that
+		 * said BYE and then went silent has left as it said. */
+		if (now - c->last_act >= c->ka_idle + c->ka_timeout) {
+			evr__conn_fail(c, -ESHUTDOWN);
+			evr__ctx_progress(c->ctx);
+		}
+		return;
+	}
 	if (c->probe_sent > 0) {
 		if (now - c->probe_sent >= c->ka_timeout) {
 			EVR_WARN(c->ctx, "conn %p: peer silent for %.1f s: "

@@ -86,6 +86,10 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	ctx->reg.ctx = ctx;
 	if (!ctx->o.signal_interval)
 		ctx->o.signal_interval = 1;
+	if (!ctx->o.listen_backlog)
+		ctx->o.listen_backlog = 4096;
+	if (!ctx->o.connect_reply_ms)
+		ctx->o.connect_reply_ms = 30000;
 	if (!ctx->o.send_queue_lowat)
 		ctx->o.send_queue_lowat = ctx->o.send_queue_limit / 2;
 	ctx->o.device = NULL; /* not kept: the caller owns the strings */

@@ -51,6 +51,8 @@ void evr_ctx_opts_init_sz(struct evr_ctx_opts *opts, size_t size)
 	o.send_queue_lowat = 0;
 	/* adapt_*: 0, "unset" -- the environment or the default decides */
 	o.log_level = EVR_LOG_WARN;
+	o.listen_backlog = 4096;
+	o.connect_reply_ms = 30000;
 	/* write no more than the caller's struct holds; zero what it has
 	 * beyond ours (fields of a newer header: theirs default to 0) */
 	memcpy(opts, &o, EVR__MIN(size, sizeof(o)));

@@ -111,7 +111,7 @@ int echo_server_start(struct echo_server *srv, evr_ctx *ctx, const char *addr,
 		      uint16_t port)
 {
 	srv->ctx = ctx;
-	return evr_listen(ctx, addr, port, 128, on_accept, srv,
+	return evr_listen(ctx, addr, port, 0, on_accept, srv,
 			  &srv->listener);
 }
 

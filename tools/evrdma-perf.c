@@ -118,7 +118,7 @@ static void usage(void)
 "       evrdma-perf -c ADDR [-p PORT] [-t lat|bw|rate|conn] [-S SIZES]\n"
 "                   [-n ITERS | -D SECONDS] [-w WINDOW] [-C CONNS]\n"
 "                   [-m event|poll|adaptive] [--load idle|light|sat]\n"
-"                   [--json | --csv]\n"
+"                   [--burst] [--json | --csv]\n"
 "  -s            serve (any number of tests, until SIGINT/SIGTERM)\n"
 "  -a ADDR       server: local address to listen on (default any)\n"
 "  -c ADDR       client: the server's address (IPv4 or IPv6)\n"
@@ -132,7 +132,10 @@ static void usage(void)
 "  -D SECONDS    run each size this long instead of -n\n"
 "  -w WINDOW     messages in flight per connection (bw, rate, --load sat;\n"
 "                default 16, rate 64)\n"
-"  -C CONNS      connections in parallel (default 1)\n"
+"  -C CONNS      connections in parallel (default 1, at most 10000)\n"
+"  --burst       with -t conn: CONNS connects at once, each held open\n"
+"                until the last is up; the time is the burst's setup,\n"
+"                msg/s its connections per second\n"
 "  -m MODE       completion mode of both sides (default adaptive)\n"
 "  --load LOAD   ping-pong under an offered load (with -t lat):\n"
 "                idle: connections open, no traffic (default -D 10);\n"
@@ -152,6 +155,7 @@ int main(int argc, char **argv)
 		{"json", no_argument, NULL, 'J'},
 		{"csv", no_argument, NULL, 'V'},
 		{"load", required_argument, NULL, 'L'},
+		{"burst", no_argument, NULL, 'B'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -212,9 +216,12 @@ int main(int argc, char **argv)
 			have_w = 1;
 			break;
 		case 'C':
-			if (parse_ull(optarg, 1, 1024, &v) < 0)
+			if (parse_ull(optarg, 1, 10000, &v) < 0)
 				usage();
 			o.conns = (unsigned)v;
+			break;
+		case 'B':
+			o.burst = true;
 			break;
 		case 'm':
 			o.mode = parse_mode(optarg);
@@ -271,6 +278,10 @@ int main(int argc, char **argv)
 		o.secs = o.load == L_SAT ? 5 : 10;
 	if ((o.load == L_IDLE || o.load == L_LIGHT) && have_n)
 		usage(); /* they run for a duration */
+	if (o.burst && (o.test != T_CONN || have_n))
+		usage();
+	if (o.burst)
+		o.iters = o.conns;
 	if (o.test == T_CONN) {
 		if (o.secs > 0)
 			usage();

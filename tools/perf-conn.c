@@ -8,11 +8,36 @@
  * connection first binds the ctx to its device and warms both sides up;
  * the clock starts when it has closed.  The test request in the connect
  * user bytes asks the server for no traffic (K_CONN).
+ *
+ * --burst: CONNS connects are issued at once and each is held open; the
+ * clock stops when the last is up (the burst's setup time), then all
+ * close.
  */
 #include "perf.h"
 
 static void cc_start(struct pconn *pc);
 static void cc_launch(struct perf *p);
+
+/* The burst is up: close every connection of it. */
+static void burst_close(struct perf *p)
+{
+	unsigned i;
+	int rc;
+
+	for (i = 0; i < p->o.conns; i++) {
+		struct pconn *pc = &p->pc[i];
+
+		if (pc->ph != PH_READY || !pc->conn)
+			continue;
+		pc->ph = PH_CLOSING;
+		rc = evr_conn_close(pc->conn, 0);
+		if (rc < 0) {
+			client_fail(p, "evr_conn_close: %s",
+				    evr_strerror(rc));
+			return;
+		}
+	}
+}
 
 static void cc_on_connect(evr_conn *conn, int status, void *arg)
 {
@@ -27,6 +52,15 @@ static void cc_on_connect(evr_conn *conn, int status, void *arg)
 	}
 	if (lat_add(p, (double)(now_ns() - pc->t_conn) / 1e3) < 0) {
 		client_fail(p, "out of memory");
+		return;
+	}
+	if (p->o.burst && !p->conn_warm) {
+		/* held open until the whole burst is up */
+		pc->ph = PH_READY;
+		if (++p->nready < p->n)
+			return;
+		take_end(p);
+		burst_close(p);
 		return;
 	}
 	pc->ph = PH_CLOSING;
@@ -56,6 +90,7 @@ static void cc_on_close(evr_conn *conn, int status, void *arg)
 		/* The ctx is bound to its device now: start the clock. */
 		p->conn_warm = false;
 		p->started = p->finished = 0;
+		p->nready = 0;
 		p->nlat = 0;
 		cc_launch(p);
 		return;
@@ -65,7 +100,8 @@ static void cc_on_close(evr_conn *conn, int status, void *arg)
 		return;
 	}
 	if (p->finished == p->n) {
-		take_end(p);
+		if (!p->o.burst) /* a burst's clock stopped when all were up */
+			take_end(p);
 		ev_break(p->loop, EVBREAK_ALL);
 	}
 }

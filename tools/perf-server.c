@@ -241,7 +241,7 @@ int run_server(const char *addr, int port, int verbose)
 			evr_strerror(rc));
 		return 1;
 	}
-	rc = evr_listen(srv.ctx, addr, (uint16_t)port, 1024, srv_on_accept,
+	rc = evr_listen(srv.ctx, addr, (uint16_t)port, 0, srv_on_accept,
 			&srv, &srv.listener);
 	if (rc < 0) {
 		fprintf(stderr, "evrdma-perf: listen on %s:%d: %s\n",

@@ -73,6 +73,7 @@ struct opts {
 	uint64_t iters; /* per connection (conn: connections in all) */
 	double secs;	/* 0: count-based */
 	unsigned window, conns;
+	bool burst;	/* conn: all CONNS at once, held until all are up */
 	int mode;
 	enum fmt fmt;
 };

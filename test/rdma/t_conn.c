@@ -301,6 +301,10 @@ static void duo_init(struct duo *d, const struct evr_ctx_opts *so)
 	d->cli.peer = &d->srv;
 	d->srv.peer = &d->cli;
 	rt_ctx_opts(&o);
+	/* the wait for a sent request's answer bounded by the connect bound
+	 * too (not connect_reply_ms), so that test_connect_timeout's silent
+	 * host is ended by it */
+	o.connect_reply_ms = 1;
 	assert_int_equal(evr_ctx_create(&d->cctx, d->loop, &o), 0);
 	if (!so)
 		so = &o;

@@ -481,6 +481,10 @@ static void ctxs_create(struct dt *t)
 	int rc;
 
 	rt_ctx_opts(&o);
+	/* a connect whose request is lost while the device comes back is
+	 * retried (traffic_start): bound its wait for an answer by the
+	 * connect bound, not connect_reply_ms */
+	o.connect_reply_ms = 1;
 	o.log_fn = log_fn;
 	o.log_arg = t;
 	o.log_level = getenv("EVR_LOG") && !strcmp(getenv("EVR_LOG"), "debug")

@@ -292,6 +292,9 @@ static void run_connect_timeout(enum rt_path path)
 	rt_drv_init(&d, path);
 	rt_ctx_opts(&o);
 	o.connect_timeout_ms = TIMER_MS;
+	/* the request goes out (no ARP on the dummy device): the wait for
+	 * its answer has the same bound */
+	o.connect_reply_ms = TIMER_MS;
 	ctx = rt_drv_ctx(&d, &o);
 	evr_conn_opts_init(&co);
 	co.on_connect = tmo_connected;

@@ -277,11 +277,11 @@ int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
 
 int rdma_listen(struct rdma_cm_id *id, int backlog)
 {
-	(void)backlog;
 	check_id(id);
 	if (mock_cm.fail_listen)
 		return fail(mock_cm.fail_listen);
 	mock_id_of(id)->listening = true;
+	mock_id_of(id)->backlog = backlog;
 	return 0;
 }
 

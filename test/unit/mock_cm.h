@@ -35,6 +35,7 @@ struct mock_id {
 	struct mock_id *next; /* every id made since mock_cm_reset */
 	bool destroyed;
 	bool listening;
+	int backlog; /* rdma_listen's */
 	unsigned resolve_addr, resolve_route, connect, accept, reject,
 		disconnect;
 	int resolve_timeout_ms;

@@ -54,6 +54,7 @@ static int setup_short_bounds(void **state)
 
 	peer_ctx_opts(&o);
 	o.connect_timeout_ms = 100;
+	o.connect_reply_ms = 400;
 	*state = new_fix(&o);
 	return 0;
 }
@@ -343,7 +344,9 @@ static void test_bad_reply(void **state)
 }
 
 /* No answer within the connect bound: -ETIMEDOUT, in every state before
- * ESTABLISHED. */
+ * ESTABLISHED.  Resolution is bounded by connect_timeout_ms (100 ms here);
+ * a request that was sent waits for the reply bound (connect_reply_ms,
+ * 400 ms): it may be queued behind many others at the server. */
 static void test_connect_timeout(void **state)
 {
 	static const enum evr__conn_state in[] = {
@@ -360,9 +363,37 @@ static void test_connect_timeout(void **state)
 		peer_pump(f->ctx);
 		assert_int_equal(p.connects, 0);
 		peer_sleep_ms(150);
+		if (in[i] == EVR_CS_CONNECTING) {
+			peer_pump(f->ctx);
+			assert_int_equal(p.connects, 0); /* still waiting */
+			assert_int_equal(p.conn->state, EVR_CS_CONNECTING);
+			peer_sleep_ms(300);
+		}
 		expect_connect_fails(&p, -ETIMEDOUT);
 		peer_fini(&p);
 	}
+}
+
+/* Each resolution step has the connect bound of its own: a slow address
+ * resolution does not eat into the route's. */
+static void test_connect_timeout_per_step(void **state)
+{
+	struct fix *f = *state;
+	struct peer p;
+
+	peer_init(&p, f->ctx);
+	connect_to(&p, EVR_CS_RESOLVING_ADDR);
+	peer_sleep_ms(70);
+	mock_cm_event(p.id, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
+	peer_pump(f->ctx);
+	p.qp = p.id->qp;
+	assert_int_equal(p.conn->state, EVR_CS_RESOLVING_ROUTE);
+	peer_sleep_ms(70); /* 140 ms since evr_connect, 70 in this step */
+	peer_pump(f->ctx);
+	assert_int_equal(p.connects, 0);
+	peer_sleep_ms(60);
+	expect_connect_fails(&p, -ETIMEDOUT);
+	peer_fini(&p);
 }
 
 /* Events that come after the conn failed change nothing: one
@@ -374,7 +405,7 @@ static void test_late_events(void **state)
 	uint8_t rep[EVR_HS_MAX];
 
 	connect_to(p, EVR_CS_CONNECTING);
-	peer_sleep_ms(150);
+	peer_sleep_ms(450); /* the reply bound */
 	peer_pump(f->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
 	mock_cm_event(p->id, RDMA_CM_EVENT_ESTABLISHED, 0, rep,
@@ -670,7 +701,11 @@ static void test_accept_timeout(void **state)
 	evr_listener *l = listen_on(f, 0);
 
 	accepting(f);
-	peer_sleep_ms(150);
+	peer_sleep_ms(150); /* past connect_timeout_ms: still waiting */
+	peer_pump(f->ctx);
+	assert_int_equal(mock_id_of(p->id)->disconnect, 0);
+	assert_int_equal(p->connects, 0);
+	peer_sleep_ms(300); /* past the reply bound */
 	peer_pump(f->ctx);
 	assert_int_equal(mock_id_of(p->id)->disconnect, 1);
 	peer_flush(p);
@@ -728,6 +763,25 @@ static void test_accept_fails(void **state)
 	evr_listener_close(l);
 }
 
+/* The backlog: the caller's, else the ctx's listen_backlog (large by
+ * default: a burst of connects must not overflow it). */
+static void test_listen_backlog(void **state)
+{
+	struct fix *f = *state;
+	evr_listener *l = NULL;
+
+	assert_int_equal(evr_listen(f->ctx, NULL, 7000, 0, accept_cb, NULL,
+				    &l),
+			 0);
+	assert_int_equal(mock_id_of(mock_cm_last_id())->backlog, 4096);
+	evr_listener_close(l);
+	assert_int_equal(evr_listen(f->ctx, NULL, 7000, 10, accept_cb, NULL,
+				    &l),
+			 0);
+	assert_int_equal(mock_id_of(mock_cm_last_id())->backlog, 10);
+	evr_listener_close(l);
+}
+
 static void test_listen_fails(void **state)
 {
 	struct fix *f = *state;
@@ -765,6 +819,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_connect_timeout,
 						setup_short_bounds, teardown),
+		cmocka_unit_test_setup_teardown(test_connect_timeout_per_step,
+						setup_short_bounds, teardown),
 		cmocka_unit_test_setup_teardown(test_late_events,
 						setup_short_bounds, teardown),
 		cmocka_unit_test_setup_teardown(test_disconnect_while_accepting,
@@ -786,6 +842,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_accept_timeout,
 						setup_short_bounds, teardown),
 		cmocka_unit_test_setup_teardown(test_accept_fails, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_listen_backlog, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_listen_fails, setup,
 						teardown),

@@ -116,6 +116,9 @@ static void test_init_records_size(void **state)
 	assert_int_equal(o.adapt_quiet_us, 0);
 	assert_null(o.log_fn);
 	assert_int_equal(o.log_level, EVR_LOG_WARN);
+	assert_int_equal(o.connect_timeout_ms, 5000);
+	assert_int_equal(o.listen_backlog, 4096);
+	assert_int_equal(o.connect_reply_ms, 30000);
 
 	memset(&c, 0xa5, sizeof(c));
 	evr_conn_opts_init(&c);
@@ -174,6 +177,9 @@ static void test_old_ctx_opts(void **state)
 	assert_ptr_equal(dst.log_fn, log_sink);
 	assert_null(dst.log_arg);
 	assert_int_equal(dst.log_level, EVR_LOG_INFO);
+	/* fields appended after the old struct: the defaults */
+	assert_int_equal(dst.listen_backlog, 4096);
+	assert_int_equal(dst.connect_reply_ms, 30000);
 }
 
 /* An older evr_conn_opts without the timeouts: the defaults fill them. */
