@@ -704,10 +704,8 @@ static void on_keepalive(struct evr__timer *t)
 		 * and a probe would only race it (behind a burst of closes
 		 * the DISCONNECTED event can wait seconds).  A peer that
 		 * said BYE and then went silent has left as it said. */
-		if (now - c->last_act >= c->ka_idle + c->ka_timeout) {
+		if (now - c->last_act >= c->ka_idle + c->ka_timeout)
 			evr__conn_fail(c, -ESHUTDOWN);
-			evr__ctx_progress(c->ctx);
-		}
 		return;
 	}
 	if (c->probe_sent > 0) {
