@@ -26,6 +26,14 @@ int evr__post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 	return rc > 0 ? -rc : rc;
 }
 
+int evr__post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+		       struct ibv_recv_wr **bad)
+{
+	int rc = ibv_post_srq_recv(srq, wr, bad);
+
+	return rc > 0 ? -rc : rc;
+}
+
 int evr__poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	int rc = ibv_poll_cq(cq, n, wc);

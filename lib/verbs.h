@@ -13,6 +13,8 @@ int evr__post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
 		   struct ibv_send_wr **bad);
 int evr__post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 		   struct ibv_recv_wr **bad);
+int evr__post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+		       struct ibv_recv_wr **bad);
 int evr__poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int evr__req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int evr__get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq,

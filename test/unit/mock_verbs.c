@@ -170,6 +170,15 @@ int evr__post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 	return 0;
 }
 
+/* No unit test gives the mock device an SRQ (max_srq 0): never called. */
+int evr__post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+		       struct ibv_recv_wr **bad)
+{
+	(void)srq;
+	*bad = wr;
+	return -EOPNOTSUPP;
+}
+
 int evr__poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	int i;
