@@ -108,6 +108,13 @@ EVR_EXPORT const char *evr_mode_str(enum evr_mode mode);
  * environment is read once, by evr_ctx_create(); README "Environment"
  * lists every variable.
  */
+/** Where a ctx's receive buffers are posted (evr_ctx_opts.srq). */
+enum evr_srq_mode {
+	EVR_SRQ_AUTO = 0, /**< shared where the device can */
+	EVR_SRQ_ON = 1,	  /**< shared, or connections fail */
+	EVR_SRQ_OFF = 2,  /**< a receive queue per connection */
+};
+
 struct evr_ctx_opts {
 	/** sizeof(struct evr_ctx_opts) as the caller was built: set by
 	 *  evr_ctx_opts_init(), do not change it. */
@@ -188,6 +195,21 @@ struct evr_ctx_opts {
 	 *  conn waits as long for the client to complete the handshake (the
 	 *  client may have a queue of its own).  See connect_timeout_ms. */
 	unsigned connect_reply_ms;
+	/** Receive buffers: one pool shared by every connection of the ctx
+	 *  (a shared receive queue, SRQ) or recv_depth of them per
+	 *  connection.  EVR_SRQ_AUTO (default): shared where the device has
+	 *  SRQs, else per connection; the environment variable EVR_SRQ
+	 *  (on|off|auto) decides when this is left at AUTO.  EVR_SRQ_ON on a
+	 *  device without SRQs fails the first connection with -EOPNOTSUPP.
+	 *  Shared, recv_depth is the largest window of credits a connection
+	 *  may reach; it starts at 8 and follows what the peer sends
+	 *  (docs/credits.md). */
+	enum evr_srq_mode srq;
+	/** Most receive buffers the shared pool may hold (0: as many as the
+	 *  device's SRQ takes, at most 16384, and at most half of the
+	 *  locked-memory limit).  A connection that cannot get its first
+	 *  window from it is refused with -ENOBUFS. */
+	unsigned srq_buffers;
 };
 
 /** Fill opts with the defaults and record sizeof(*opts) in opts->size, as
@@ -269,6 +291,15 @@ struct evr_stats {
 	 *  bytes); UINT64_MAX when there is none (unlimited, or
 	 *  CAP_IPC_LOCK). */
 	uint64_t memlock_limit;
+	/** The shared receive queue (zero when the ctx has none): buffers
+	 *  the pool owns, of which posted now, and credits lent out of them
+	 *  to peers (never more than posted: no RNR). */
+	uint32_t srq_buffers, srq_posted, srq_lent;
+	/** Connections refused for want of receive buffers (-ENOBUFS). */
+	uint32_t srq_refused;
+	/** Credits lent beyond a return (windows grown), and returns not
+	 *  re-granted (windows shrunk). */
+	uint64_t srq_grown, srq_withheld;
 };
 
 EVR_EXPORT void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out);
@@ -445,6 +476,11 @@ struct evr_conn_info {
 	unsigned send_credits;	/**< credits available now */
 	size_t queued_bytes;	/**< bytes waiting in the send queue */
 	const char *state;	/**< state name, for logs */
+	/** Credits we lend the peer now (its window): our recv_depth with a
+	 *  receive queue per connection; with the shared one it moves between
+	 *  a few and recv_depth (docs/credits.md). */
+	unsigned recv_window;
+	int srq; /**< 1: our receives come from the ctx's shared pool */
 };
 EVR_EXPORT int evr_conn_info(const evr_conn *conn, struct evr_conn_info *out);
 

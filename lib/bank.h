@@ -185,8 +185,14 @@ static inline uint32_t evr__bank_repost(struct evr__bank *b,
 	    bc->window > b->total / b->nconns)
 		bc->window--;
 	f = bc->lent + bc->busy;
-	if (f < bc->window)
-		n = 1; /* covered by the buffer just posted */
+	/* covered by the buffer just posted; and never withheld from a
+	 * peer left with no more than its reserve: buffers its messages
+	 * still hold (messages held by the user, or queued behind a
+	 * rendezvous read) count in its footprint, and withholding the
+	 * credit of a re-posted control message would leave it unable to
+	 * send the FIN or credit update that frees them */
+	if (f < bc->window || bc->lent < evr__credit_reserve(b->cfg.win_max))
+		n = 1;
 	if (f + n < bc->window) {
 		if (evr__bank_spare(b) - n > b->cfg.win_init) {
 			n++;

@@ -531,10 +531,12 @@ int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 	if (!c)
 		return -ENOMEM;
 	c->ulen = 0;
-	evr__conn_set_peer(c, &req->hs);
+	/* what the request lends decides what we lend (srq_admit) */
+	c->req_window = req->hs.init_window;
 	err = evr__conn_setup_qp(c);
 	if (err)
 		goto err_release;
+	evr__conn_set_peer(c, &req->hs);
 	evr__conn_fill_hs(c, &hs);
 	hs.kind = EVR_HS_REP;
 	n = evr__hs_encode(buf, &hs);
@@ -560,7 +562,8 @@ err_release:
 	/* the conn owns the id now: reject, then tear down (flushing any
 	 * receives already posted) without callbacks */
 	EVR_WARN(ctx, "accept failed: %s", evr_strerror(err));
-	reject_id(req->id, "accept failed");
+	reject_id(req->id, err == -ENOBUFS ? "no receive buffers"
+					   : "accept failed");
 	req->answered = true;
 	req->id->context = c;
 	evr__conn_fail(c, err); /* still NEW: no callbacks */

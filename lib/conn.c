@@ -138,6 +138,7 @@ void evr__conn_fill_hs(const evr_conn *c, struct evr__hs *hs)
 {
 	memset(hs, 0, sizeof(*hs));
 	hs->recv_depth = (uint16_t)c->recv_depth;
+	hs->init_window = c->lend_init;
 	hs->max_eager = c->ctx->max_eager;
 	hs->max_msg = c->ctx->o.max_msg_size;
 }
@@ -147,7 +148,16 @@ void evr__conn_set_peer(evr_conn *c, const struct evr__hs *hs)
 	c->peer_depth = hs->recv_depth;
 	c->peer_max_eager = hs->max_eager;
 	c->peer_max_msg = hs->max_msg;
-	evr__credit_init(&c->cr, hs->recv_depth, c->recv_depth);
+	/* a peer that lends out of a shared queue starts us small and grows
+	 * our window when we tell it we want more (EVR_F_WANT) */
+	c->peer_windowed = evr__hs_windowed(hs);
+	if (c->peer_windowed)
+		evr__credit_init_lent(&c->cr, hs->recv_depth, hs->init_window,
+				      c->recv_depth);
+	else
+		evr__credit_init(&c->cr, hs->recv_depth, c->recv_depth);
+	if (c->srq)
+		evr__credit_set_window(&c->cr, c->bank.window);
 }
 
 /*
@@ -196,10 +206,102 @@ static void timer_start(evr_conn *c, unsigned ms)
 	evr__ctx_timer_after(c->ctx, &c->timer, ms / 1000.0);
 }
 
+/* A buffer that reached no message processing (parked before the conn
+ * was up, or never consumed in the books): back where it came from. */
+static void drop_unconsumed(evr_conn *c, struct evr__buf *b)
+{
+	if (c->srq)
+		evr__srq_put_back(c->ctx, b);
+	else
+		evr__pool_put(&c->ctx->pool, b);
+}
+
+/*
+ * Post the buffers on c->repost to the ctx's shared receive queue.  Each
+ * was consumed by a message of c (evr__bank_consume) and is c's until
+ * the bank takes it back here: c's peer gets its credit back, two when
+ * its window grows, none when it shrinks (bank.h).  A conn on its way out
+ * is owed credits no one will announce; the bank takes them back with
+ * the conn (evr__bank_detach).
+ */
+static void post_srq_recvs(evr_conn *c)
+{
+	evr_ctx *ctx = c->ctx;
+	struct ibv_recv_wr wrs[64], *bad;
+	struct ibv_sge sges[64];
+	bool update[64];
+	uint32_t owed = 0;
+	unsigned n, i;
+	int rc;
+
+	while (!evr__list_empty(&c->repost)) {
+		struct evr__buf *b;
+
+		for (n = 0; n < 64 && (b = evr__buf_pop(&c->repost)); n++) {
+			update[n] = b->update;
+			evr__srq_buf_prep(ctx, b);
+			sges[n].addr = (uintptr_t)b->data;
+			sges[n].length = b->size;
+			sges[n].lkey = b->lkey;
+			wrs[n].wr_id = (uintptr_t)&b->h;
+			wrs[n].sg_list = &sges[n];
+			wrs[n].num_sge = 1;
+			wrs[n].next = &wrs[n + 1];
+		}
+		wrs[n - 1].next = NULL;
+		rc = evr__srq_post(ctx, wrs, &bad);
+		for (i = 0; i < n; i++) {
+			if (rc && &wrs[i] == bad)
+				break;
+			owed += evr__bank_repost(&ctx->bank, &c->bank, &c->cr,
+						 update[i]);
+		}
+		ctx->st.recv_wrs += i;
+		if (!rc)
+			continue;
+		EVR_ERR(ctx, "ibv_post_srq_recv failed: %s", evr_strerror(rc));
+		for (; i < n; i++) { /* lost to the shared queue */
+			c->bank.busy--;
+			ctx->bank.total--;
+			evr__pool_put(&ctx->pool,
+				      evr__buf_of((struct evr__wr *)(uintptr_t)
+							  wrs[i].wr_id));
+		}
+		evr__conn_fail(c, rc);
+	}
+	c->nrepost = 0;
+	if (owed && c->state != EVR_CS_CLOSED)
+		evr__conn_dirty(c); /* the credits go out with the flush */
+}
+
+void evr__conn_recv_put(evr_conn *c, struct evr__buf *b)
+{
+	if (!c->srq) {
+		evr__pool_put(&c->ctx->pool, b);
+		return;
+	}
+	evr__list_add_head(&c->repost, evr__buf_link(b));
+	c->nrepost++;
+	if (c->state == EVR_CS_CLOSED)
+		post_srq_recvs(c); /* in limbo: off the run queue */
+	else
+		evr__conn_dirty(c);
+}
+
 /* Post the receive buffers on c->repost as one chain.  Re-posted buffers
  * become credits owed to the peer (announce); the initial ones are not:
  * the handshake's recv_depth already told the peer about them. */
+static void post_qp_recvs(evr_conn *c, bool announce);
 static void post_recvs(evr_conn *c, bool announce)
+{
+	if (c->srq) {
+		post_srq_recvs(c);
+		return;
+	}
+	post_qp_recvs(c, announce);
+}
+
+static void post_qp_recvs(evr_conn *c, bool announce)
 {
 	struct ibv_recv_wr wrs[64], *bad;
 	struct ibv_sge sges[64];
@@ -252,13 +354,68 @@ static void post_recvs(evr_conn *c, bool announce)
 	c->nrepost = 0;
 }
 
+/* CQEs a conn's QP may need: its SQ, and its receives -- its own queue,
+ * or what the bank lends its peer at most, plus one receive of the shared
+ * queue flushed when the QP goes down. */
+static unsigned cq_need(const evr_conn *c)
+{
+	return c->ctx->o.sq_depth + c->recv_depth + (c->srq ? 1 : 0);
+}
+
+/*
+ * Lend a new conn's peer its first window out of the shared queue,
+ * growing the pool first if it is short.  What we announce depends on the
+ * peer: one that connects to us lending all at once (window 0 in its
+ * request: a receive queue per connection, or a version before windows)
+ * gets a fixed window of win_init, announced as our depth; everyone else
+ * gets win_max as the largest window and win_init now (docs/credits.md,
+ * "Mixed versions").
+ */
+static int srq_admit(evr_conn *c)
+{
+	evr_ctx *ctx = c->ctx;
+	struct evr__bank *bk = &ctx->bank;
+	uint64_t lim;
+
+	c->srq = true;
+	if (!c->active && !c->req_window) {
+		c->recv_depth = bk->cfg.win_init;
+		c->lend_init = 0;
+	} else {
+		c->recv_depth = bk->cfg.win_max;
+		c->lend_init = (uint16_t)bk->cfg.win_init;
+	}
+	if (evr__bank_spare(bk) < bk->cfg.win_init)
+		evr__srq_refill(ctx);
+	if (evr__bank_admit(bk, &c->bank) == 0) {
+		evr__credit_set_window(&c->cr, c->bank.window);
+		return 0;
+	}
+	c->srq = false; /* nothing lent: nothing to take back */
+	lim = evr__memlock_limit();
+	EVR_WARN(ctx,
+		 "no receive buffers for a new connection: the shared pool "
+		 "lends %u of its %u (at most %u: evr_ctx_opts.srq_buffers%s)",
+		 bk->lent, bk->total, bk->cfg.limit,
+		 lim != UINT64_MAX && !ctx->o.srq_buffers
+			 ? ", and half the locked-memory limit, ulimit -l"
+			 : "");
+	return -ENOBUFS;
+}
+
 int evr__conn_setup_qp(evr_conn *c)
 {
 	evr_ctx *ctx = c->ctx;
 	struct ibv_qp_init_attr a;
-	unsigned need = ctx->o.sq_depth + c->recv_depth, i;
+	unsigned need, i;
 	int err;
 
+	err = evr__srq_open(ctx);
+	if (err)
+		return err;
+	if (ctx->srq && (err = srq_admit(c)))
+		return err;
+	need = cq_need(c);
 	err = evr__cq_attach(ctx, need, &c->cq);
 	if (err)
 		return err;
@@ -266,10 +423,11 @@ int evr__conn_setup_qp(evr_conn *c)
 	a.qp_context = c;
 	a.send_cq = a.recv_cq = c->cq->cq;
 	a.qp_type = IBV_QPT_RC;
+	a.srq = ctx->srq;
 	a.cap.max_send_wr = ctx->o.sq_depth;
-	a.cap.max_recv_wr = c->recv_depth;
+	a.cap.max_recv_wr = c->srq ? 0 : c->recv_depth;
 	a.cap.max_send_sge = 1;
-	a.cap.max_recv_sge = 1;
+	a.cap.max_recv_sge = c->srq ? 0 : 1;
 	a.cap.max_inline_data = 64;
 	if (rdma_create_qp(c->id, ctx->pd, &a)) {
 		a.cap.max_inline_data = 0;
@@ -286,6 +444,14 @@ int evr__conn_setup_qp(evr_conn *c)
 	ctx->max_inline = a.cap.max_inline_data;
 	evr__sq_init(&c->sq, c->qp, ctx->o.sq_depth, ctx->o.signal_interval,
 		     evr__op_complete, &ctx->st, &ctx->chain);
+	if (c->srq) {
+		/* its receives' completions name it by QP number only */
+		err = evr__qpmap_put(&ctx->qpmap, c->qp->qp_num, c);
+		if (err)
+			return err; /* teardown destroys the QP */
+		c->qp_num = c->qp->qp_num;
+		return 0;
+	}
 	for (i = 0; i < c->recv_depth; i++) {
 		struct evr__buf *b = evr__pool_get(&ctx->pool);
 
@@ -310,10 +476,11 @@ static void parked_process(evr_conn *c)
 			wc.byte_len = b->byte_len;
 			wc.opcode = (enum ibv_wc_opcode)b->opcode;
 			wc.imm_data = b->imm;
-			c->recv_posted++; /* recv_done counts it off again */
-			b->h.done(&b->h, &wc);
+			if (!c->srq)
+				c->recv_posted++; /* recv_done counts it off */
+			c->ctx->hooks.recv_done(&b->h, &wc);
 		} else {
-			evr__pool_put(&c->ctx->pool, b);
+			drop_unconsumed(c, b);
 		}
 	}
 }
@@ -416,6 +583,8 @@ static void fail_queued(evr_conn *c, int status)
 	while ((op = evr__list_pop_entry(&c->ctrlq, struct evr__op, h.link)))
 		evr__op_complete(op, status);
 	while ((op = evr__list_pop_entry(&c->sendq, struct evr__op, h.link))) {
+		if (op->credit)
+			c->nsendq_credit--;
 		evr__op_unqueue(c, op);
 		evr__op_complete(op, status);
 	}
@@ -441,10 +610,38 @@ static void notify_user(evr_conn *c)
 	}
 }
 
+/* The last of a conn: held messages outlive it, the bank takes back what
+ * it lent (the buffers held become orphans), its CQ reservation goes. */
+static void conn_free(evr_conn *c)
+{
+	evr_ctx *ctx = c->ctx;
+
+	ctx->hooks.conn_release(c);
+	if (c->qp_num)
+		evr__qpmap_del(&ctx->qpmap, c->qp_num);
+	if (c->srq)
+		evr__bank_detach(&ctx->bank, &c->bank);
+	evr__runq_forget(c);
+	evr__timers_unreserve(&ctx->timers, 2);
+	free(c);
+}
+
+/*
+ * Release a conn whose WRs have all come back (or never will: a zombie,
+ * or the ctx going).  With a shared receive queue its QP's completions
+ * are not all accounted for yet: receives it took from the SRQ complete
+ * on its CQ, possibly after the flushes of its sends, and no event says
+ * when the last one came.  A completion made before rdma_destroy_qp()
+ * returned is in the CQ by then, so once the CQ has been polled empty
+ * after it (cq->drains moves) nothing more of this QP can come: until
+ * then the conn waits in ctx->limbo, still in the QP map and the bank, so
+ * that a late message is counted against it (evr__conn_reap).
+ */
 static void conn_release(evr_conn *c)
 {
 	evr_ctx *ctx = c->ctx;
 	struct evr__buf *b;
+	bool limbo = false;
 
 	evr__conn_to(c, EVR_CS_CLOSED);
 	evr__ctx_timer_stop(ctx, &c->timer);
@@ -452,25 +649,92 @@ static void conn_release(evr_conn *c)
 	if (c->qp) {
 		rdma_destroy_qp(c->id);
 		c->qp = NULL;
-	}
-	if (c->cq) {
-		evr__cq_detach(ctx, c->cq, ctx->o.sq_depth + c->recv_depth);
-		c->cq = NULL;
+		if (c->srq && c->cq && !c->cq->broken) {
+			c->limbo_drains = c->cq->drains;
+			limbo = true;
+		}
 	}
 	if (c->id) {
 		rdma_destroy_id(c->id);
 		c->id = NULL;
 	}
+	/* its CQ room goes now: a late completion of the QP is one the CQ
+	 * already holds (the reservation keeps 20 % spare anyway) */
+	if (c->cq)
+		evr__cq_detach(ctx, c->cq, cq_need(c));
+	while ((b = evr__buf_pop(&c->early)))
+		drop_unconsumed(c, b);
+	if (c->srq)
+		post_srq_recvs(c);
 	while ((b = evr__buf_pop(&c->repost)))
 		evr__pool_put(&ctx->pool, b);
-	while ((b = evr__buf_pop(&c->early)))
-		evr__pool_put(&ctx->pool, b);
-	ctx->hooks.conn_release(c);
 	evr__runq_forget(c);
 	evr__list_del(&c->link);
-	evr__timers_unreserve(&ctx->timers, 2);
 	ctx->st.conns--;
-	free(c);
+	if (limbo) {
+		evr__list_add_tail(&ctx->limbo, &c->link);
+		return;
+	}
+	conn_free(c);
+}
+
+void evr__conn_reap(evr_ctx *ctx)
+{
+	struct evr__list *pos, *tmp;
+
+	evr__list_for_each_safe(pos, tmp, &ctx->limbo)
+	{
+		evr_conn *c = evr__container_of(pos, evr_conn, link);
+
+		if (c->cq->drains == c->limbo_drains && !c->cq->broken)
+			evr__cq_poll_empty(ctx, c->cq);
+		if (c->cq->drains == c->limbo_drains && !c->cq->broken)
+			continue; /* cannot happen: a poll until empty moves it */
+		evr__list_del(&c->link);
+		conn_free(c);
+	}
+	evr__srq_refill(ctx);
+}
+
+/*
+ * A receive of the shared queue completed.  Its conn is the one that owns
+ * the QP the completion names; the message layer takes it from there.  A
+ * receive the QP took and then flushed, or one whose message failed, goes
+ * straight back to the queue: the bank never counted it consumed.
+ */
+void evr__conn_srq_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
+{
+	evr_ctx *ctx = w->srq_ctx;
+	struct evr__buf *b = evr__buf_of(w);
+	evr_conn *c = evr__qpmap_get(&ctx->qpmap, wc->qp_num);
+
+	if (wc->status != IBV_WC_SUCCESS) {
+		evr__srq_put_back(ctx, b);
+		if (c && wc->status != IBV_WC_WR_FLUSH_ERR) {
+			EVR_WARN(ctx, "conn %p: receive failed (%s): the message "
+				      "does not fit the receive buffer, or is "
+				      "invalid",
+				 (void *)c, ibv_wc_status_str(wc->status));
+			evr__conn_fail(c, -EPROTO);
+		}
+		return;
+	}
+	if (!c) {
+		EVR_ERR(ctx, "a receive completed on qp %u, which is not ours",
+			wc->qp_num);
+		evr__srq_put_back(ctx, b);
+		return;
+	}
+	w->conn = c;
+	if (c->state == EVR_CS_CLOSED) {
+		/* in limbo: a message that landed before the QP went */
+		if (evr__bank_consume(&ctx->bank, &c->bank, false))
+			evr__srq_put_back(ctx, b);
+		else
+			evr__conn_recv_put(c, b);
+		return;
+	}
+	ctx->hooks.recv_done(w, wc);
 }
 
 /* Orphan the posted ops: their callbacks fire now with -ECANCELED, their
@@ -753,6 +1017,7 @@ static int take_and_prepare(evr_conn *c, struct evr__op *op, bool ctrl)
 void evr__conn_flush(evr_conn *c)
 {
 	evr_ctx *ctx = c->ctx;
+	struct evr__list *pos, *next;
 	struct evr__op *op;
 	int err;
 
@@ -761,10 +1026,18 @@ void evr__conn_flush(evr_conn *c)
 	if (!evr__conn_can_post(c) || !evr__conn_up(c))
 		return;
 
-	while ((op = evr__list_first_entry(&c->ctrlq, struct evr__op, h.link)) &&
-	       evr__sq_room(&c->sq) > 0) {
+	/* Control messages in order; rendezvous reads and keepalive probes
+	 * take no credit and go past one that waits for a credit: the
+	 * credits it waits for may come back only once a read has let the
+	 * messages queued behind it be delivered (and their buffers
+	 * re-posted).  A blocked control message blocks every later one
+	 * (the same test), so FINs keep their order. */
+	for (pos = c->ctrlq.next; pos != &c->ctrlq && evr__sq_room(&c->sq) > 0;
+	     pos = next) {
+		next = pos->next;
+		op = evr__list_entry(pos, struct evr__op, h.link);
 		if (op->credit && !evr__credit_can(&c->cr, true))
-			break;
+			continue;
 		evr__list_del(&op->h.link);
 		err = take_and_prepare(c, op, true);
 		if (err) {
@@ -778,6 +1051,8 @@ void evr__conn_flush(evr_conn *c)
 		if (op->credit && !evr__credit_can(&c->cr, false))
 			break;
 		evr__list_del(&op->h.link);
+		if (op->credit)
+			c->nsendq_credit--; /* what waits behind it (WANT) */
 		evr__op_unqueue(c, op);
 		err = take_and_prepare(c, op, false);
 		if (err) {
@@ -787,7 +1062,8 @@ void evr__conn_flush(evr_conn *c)
 		evr__sq_add(&c->sq, op);
 	}
 	if ((evr__credit_need_update(&c->cr) ||
-	     evr__credit_peer_starved(&c->cr, c->recv_posted)) &&
+	     evr__credit_peer_starved(&c->cr, c->srq ? c->bank.lent
+							       : c->recv_posted)) &&
 	    evr__credit_can(&c->cr, true) && evr__sq_room(&c->sq) > 0) {
 		op = evr__ctrl_op_new(c, EVR_T_CREDIT);
 		if (op) {
@@ -840,6 +1116,9 @@ void evr__conn_free_all(evr_ctx *ctx)
 			conn_release(c);
 		}
 	}
+	/* every QP is gone: nothing completes any more */
+	while ((pos = evr__list_pop_head(&ctx->limbo)))
+		conn_free(evr__container_of(pos, evr_conn, link));
 }
 
 void *evr_conn_arg(const evr_conn *c)
@@ -869,5 +1148,7 @@ int evr_conn_info(const evr_conn *c, struct evr_conn_info *out)
 	out->send_credits = c->cr.avail;
 	out->queued_bytes = c->queued_bytes;
 	out->state = evr__conn_state_str(c->state);
+	out->recv_window = c->srq ? c->bank.window : c->recv_depth;
+	out->srq = c->srq;
 	return 0;
 }

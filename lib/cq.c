@@ -262,6 +262,8 @@ static unsigned cq_drain(evr_ctx *ctx, struct evr__cq *c, unsigned budget)
 			evr__cq_break(ctx, c, "ibv_poll_cq failed", n);
 			break;
 		}
+		if (n < EVR_CQ_BATCH)
+			c->drains++; /* it was empty after these */
 		if (n == 0) {
 			ctx->st.empty_polls++;
 			break;
@@ -274,6 +276,11 @@ static unsigned cq_drain(evr_ctx *ctx, struct evr__cq *c, unsigned budget)
 		ctx->st.completions += (unsigned)n;
 	} while (n == EVR_CQ_BATCH && total < budget);
 	return total;
+}
+
+unsigned evr__cq_poll_empty(evr_ctx *ctx, struct evr__cq *cq)
+{
+	return cq_drain(ctx, cq, ~0u);
 }
 
 unsigned evr__cq_poll_all(evr_ctx *ctx, unsigned budget)

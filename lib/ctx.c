@@ -24,6 +24,7 @@ void evr__ctx_hooks_init(evr_ctx *ctx)
 	ctx->hooks.recv_done = evr__msg_recv_done;
 	ctx->hooks.conn_teardown = evr__msg_teardown;
 	ctx->hooks.conn_release = evr__msg_detach_held;
+	ctx->hooks.srq_recv_done = evr__conn_srq_recv_done;
 }
 
 static void ctx_free(evr_ctx *ctx)
@@ -33,6 +34,8 @@ static void ctx_free(evr_ctx *ctx)
 	if (ctx->efd >= 0)
 		close(ctx->efd);
 	evr__reg_cache_fini(ctx);
+	evr__srq_close(ctx); /* before the pool: buffers are posted to it */
+	evr__qpmap_fini(&ctx->qpmap);
 	if (ctx->pd)
 		evr__pool_fini(&ctx->pool);
 	evr__cq_destroy_all(ctx);
@@ -76,7 +79,7 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	    opts->eager_size > EVR_HS_MAX_EAGER ||
 	    opts->max_msg_size < opts->eager_size ||
 	    opts->max_msg_size > (1ull << 40) || opts->retry_count > 6 ||
-	    opts->ack_timeout > 31)
+	    opts->ack_timeout > 31 || opts->srq > EVR_SRQ_OFF)
 		return -EINVAL;
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
@@ -105,6 +108,8 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	evr__list_init(&ctx->regs);
 	evr__list_init(&ctx->zombies);
 	evr__list_init(&ctx->held);
+	evr__list_init(&ctx->limbo);
+	evr__qpmap_init(&ctx->qpmap);
 	evr__runq_init(ctx);
 	evr__ctx_hooks_init(ctx);
 	/* one SQ batch of WRs, built at post time (sq.c): an op holds none */
@@ -232,6 +237,14 @@ void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out)
 	out->reg_bytes = ctx->reg.bytes;
 	out->pool_bytes = (uint64_t)ctx->pool.total * ctx->pool.buf_size;
 	out->memlock_limit = evr__memlock_limit();
+	if (ctx->srq) {
+		out->srq_buffers = ctx->bank.total;
+		out->srq_posted = ctx->bank.posted;
+		out->srq_lent = ctx->bank.lent;
+		out->srq_refused = (uint32_t)ctx->bank.refused;
+		out->srq_grown = ctx->bank.grown;
+		out->srq_withheld = ctx->bank.withheld;
+	}
 }
 
 void evr_ctx_on_mode_switch(evr_ctx *ctx, evr_mode_cb cb, void *arg)

@@ -17,8 +17,10 @@
 
 #include "evrdma.h"
 #include "adapt.h"
+#include "bank.h"
 #include "credit.h"
 #include "proto.h"
+#include "qpmap.h"
 #include "queue.h"
 #include "verbs.h"
 
@@ -73,7 +75,12 @@ struct evr__wr;
 typedef void (*evr__wr_done_fn)(struct evr__wr *w, const struct ibv_wc *wc);
 struct evr__wr {
 	struct evr__list link;
-	evr_conn *conn;
+	union {
+		evr_conn *conn;
+		/* a receive posted to the ctx's shared receive queue belongs
+		 * to no conn until a message lands in it (srq.c) */
+		evr_ctx *srq_ctx;
+	};
 	evr__wr_done_fn done;
 };
 
@@ -229,6 +236,7 @@ struct evr__buf {
 	uint32_t byte_len;
 	uint32_t imm;
 	uint8_t opcode;
+	bool update; /* SRQ: held a bare credit update (bank.h repost) */
 };
 
 #define evr__buf_link(b) (&(b)->h.link)
@@ -333,6 +341,9 @@ struct evr__cq {
 	bool armed;
 	bool broken;	   /* a poll failed: never polled, armed or used again */
 	unsigned nqp;
+	/* polls that found it empty (or returned less than asked): every
+	 * completion made before such a poll has been dispatched */
+	unsigned drains;
 };
 
 int evr__cq_attach(evr_ctx *ctx, unsigned need, struct evr__cq **out);
@@ -341,6 +352,8 @@ void evr__cq_destroy_all(evr_ctx *ctx);
 /* Take one completion-channel event, if there is one (ack batched). */
 void evr__cq_take_event(evr_ctx *ctx);
 unsigned evr__cq_poll_all(evr_ctx *ctx, unsigned budget);
+/* Poll one CQ until it is empty (cq->drains moves, unless it is broken). */
+unsigned evr__cq_poll_empty(evr_ctx *ctx, struct evr__cq *cq);
 /* Arm every CQ that is not armed and poll it until empty; returns the
  * completions found. */
 unsigned evr__cq_arm_unarmed(evr_ctx *ctx);
@@ -483,6 +496,16 @@ struct evr_conn {
 	struct evr__list early;		   /* receives before established */
 	unsigned rndv_active;		   /* rendezvous reads running */
 	bool peer_bye;	     /* the peer's BYE arrived: it closes gracefully */
+	/* shared receive queue (srq.c, bank.h): our receives come from the
+	 * ctx's pool and the bank lends the peer its window */
+	bool srq;
+	bool peer_windowed;  /* the peer lends us a window: tell it EVR_F_WANT */
+	uint16_t lend_init;  /* handshake init_window we announce (0: all) */
+	uint16_t req_window; /* accepting: the request's init_window */
+	struct evr__bank_conn bank;
+	uint32_t qp_num;     /* in ctx->qpmap while attached */
+	unsigned limbo_drains; /* its CQ's drains when its QP was destroyed */
+	unsigned nsendq_credit; /* ops on sendq that take a credit */
 	uint8_t udata[EVR_MAX_USER_DATA]; /* connect request user bytes */
 	size_t ulen;
 	/* reject reason */
@@ -530,6 +553,9 @@ struct evr__hooks {
 	void (*conn_teardown)(evr_conn *c, int status);
 	/* conn.c: the conn is freed: held messages outlive it */
 	void (*conn_release)(evr_conn *c);
+	/* srq.c: the completion of a receive posted to the shared queue,
+	 * whose conn only the QP number tells (conn layer) */
+	evr__wr_done_fn srq_recv_done;
 };
 
 /* What a ctx runs with, resolved from its options and the environment
@@ -541,6 +567,7 @@ struct evr__tune {
 	/* without a log sink: lines at or below log_stderr - 1 go to
 	 * stderr; 0 (also a zeroed ctx): none */
 	unsigned log_stderr;
+	enum evr_srq_mode srq; /* the option, else EVR_SRQ, else AUTO */
 };
 
 /* ---- the context (ctx.c) ---- */
@@ -589,6 +616,13 @@ struct evr_ctx {
 	struct evr__regacct reg; /* what the ctx has registered */
 	struct evr__wr_chain chain; /* WRs of one SQ batch, o.sq_depth */
 	unsigned dispatch_depth;
+	/* the shared receive queue (srq.c), NULL with a queue per conn */
+	struct ibv_srq *srq;
+	bool srq_decided;	  /* srq chosen (or not) for good */
+	struct evr__bank bank;	  /* its credits (bank.h) */
+	struct evr__qpmap qpmap;  /* qp_num -> conn, for its completions */
+	struct evr__list limbo;	  /* conns whose QP is gone, whose CQ is
+				     not yet polled empty since (conn.c) */
 };
 
 /* util.c */
@@ -649,6 +683,7 @@ struct evr__env {
 	const char *adapt_quiet_polls; /* EVR_ADAPT_QUIET_POLLS */
 	const char *poll_spin;	       /* EVR_POLL_SPIN */
 	const char *reg_cache;	       /* EVR_REG_CACHE */
+	const char *srq;	       /* EVR_SRQ */
 };
 void evr__env_read(struct evr__env *env);
 /* The precedence: a non-zero option, else the variable if it is a number,
@@ -752,6 +787,33 @@ static inline int evr__op_user_status(const evr_conn *c, int status)
 void evr__msg_recv_done(struct evr__wr *w, const struct ibv_wc *wc);
 void evr__msg_teardown(evr_conn *c, int status);
 void evr__msg_detach_held(evr_conn *c);
+
+/* srq.c: the shared receive queue of a ctx */
+/* Decide once whether the ctx's conns share a receive queue, and create it
+ * (with its first buffers) if so.  0 (ctx->srq set or not), or an error
+ * for EVR_SRQ_ON that cannot be met. */
+int evr__srq_open(evr_ctx *ctx);
+void evr__srq_close(evr_ctx *ctx);
+/* Post what the bank wants (evr__bank_want); 0, or the error that
+ * stopped it (-ENOMEM: the pool could not grow). */
+int evr__srq_refill(evr_ctx *ctx);
+/* Make b a receive of the shared queue (its head's ctx and done). */
+void evr__srq_buf_prep(evr_ctx *ctx, struct evr__buf *b);
+/* Post a chain of prepared buffers; ibv_post_srq_recv's result. */
+int evr__srq_post(evr_ctx *ctx, struct ibv_recv_wr *wr,
+		  struct ibv_recv_wr **bad);
+/* Post b again without telling the bank: it was counted as posted all
+ * along (a flushed receive, or one no credit covered). */
+void evr__srq_put_back(evr_ctx *ctx, struct evr__buf *b);
+
+/* conn.c: receive buffers and the shared queue */
+/* A receive buffer of c is done with: posted again (its credit owed). */
+void evr__conn_recv_put(evr_conn *c, struct evr__buf *b);
+/* A shared-queue receive completed: find its conn (srq_recv_done hook). */
+void evr__conn_srq_recv_done(struct evr__wr *w, const struct ibv_wc *wc);
+/* Free the conns in limbo whose CQ has been polled empty since their QP
+ * was destroyed (polling it if need be), and refill the shared queue. */
+void evr__conn_reap(evr_ctx *ctx);
 
 /* ctx.c */
 void evr__ctx_hooks_init(evr_ctx *ctx);

@@ -36,6 +36,16 @@ static size_t eager_limit(const evr_conn *c)
 }
 
 static int send_prepare(evr_conn *c, struct evr__op *op);
+
+/* The header flags of a data message that has just taken its credit:
+ * EVR_F_WANT when the peer lends us a window and that window, not the
+ * user, holds back the messages queued behind it (credit.h). */
+static uint8_t data_flags(const evr_conn *c)
+{
+	return c->peer_windowed && evr__credit_want(&c->cr, c->nsendq_credit)
+		       ? EVR_F_WANT
+		       : 0;
+}
 static void send_complete(struct evr__op *op, int status);
 static const struct evr__op_class send_class = {send_complete, send_prepare};
 
@@ -81,6 +91,7 @@ static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
 	op->credit = true;
 	op->queued = true;
 	c->queued_bytes += len;
+	c->nsendq_credit++;
 	evr__list_add_tail(&c->sendq, &op->h.link);
 	evr__conn_dirty(c);
 	return 0;
@@ -174,6 +185,7 @@ static int rndv_prepare(evr_conn *c, struct evr__op *op, struct evr__buf *b)
 	r.rkey = rt->reg->mr->rkey;
 	r.id = rt->id;
 	h.type = EVR_T_RNDV_REQ;
+	h.flags = data_flags(c);
 	h.len = EVR_RNDV_REQ_SIZE;
 	h.credits = evr__credit_piggyback(&c->cr);
 	evr__hdr_encode(b->data, &h);
@@ -209,6 +221,7 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 		return err;
 	}
 	h.type = EVR_T_EAGER;
+	h.flags = data_flags(c);
 	h.len = (uint32_t)op->u.msg.len;
 	h.credits = evr__credit_piggyback(&c->cr);
 	evr__hdr_encode(b->data, &h);
@@ -342,10 +355,12 @@ static void rndv_fail_waiting(evr_conn *c, int status)
 
 /* ---- receiving ---- */
 
+/* A consumed receive buffer of c is free again: re-posted, and its
+ * credit owed to the peer (with a shared queue, as the bank decides). */
 static void repost(evr_conn *c, struct evr__buf *b)
 {
-	if (!evr__conn_can_post(c)) {
-		evr__pool_put(&c->ctx->pool, b);
+	if (c->srq || !evr__conn_can_post(c)) {
+		evr__conn_recv_put(c, b);
 		return;
 	}
 	evr__list_add_head(&c->repost, evr__buf_link(b));
@@ -475,7 +490,7 @@ static void rx_free_all(evr_conn *c)
 		evr__list_del(&rx->link);
 		evr__rbuf_put(&c->ctx->pool, rx->rb);
 		if (rx->buf)
-			evr__pool_put(&c->ctx->pool, rx->buf);
+			evr__conn_recv_put(c, rx->buf);
 		free(rx);
 	}
 }
@@ -499,6 +514,18 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	const char *why = "?";
 	struct evr__rx *rx;
 
+	if (c->srq) {
+		/* the bank first: it counts what the sender's window allowed
+		 * (its header's EVR_F_WANT, checked again by the parser) */
+		bool want = wc->opcode == IBV_WC_RECV && wc->byte_len >= 2 &&
+			    (b->data[1] & EVR_F_WANT);
+
+		if (evr__bank_consume(&ctx->bank, &c->bank, want)) {
+			evr__srq_put_back(ctx, b);
+			proto_error(c, "a message beyond the credits lent");
+			return;
+		}
+	}
 	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 		uint32_t imm = be32toh(wc->imm_data);
 
@@ -508,12 +535,12 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		return;
 	}
 	if (evr__msg_parse(b->data, wc->byte_len, &lim, &p, &why)) {
-		evr__pool_put(&ctx->pool, b);
+		evr__conn_recv_put(c, b);
 		proto_error(c, why);
 		return;
 	}
 	if (evr__credit_grant(&c->cr, p.hdr.credits)) {
-		evr__pool_put(&ctx->pool, b);
+		evr__conn_recv_put(c, b);
 		proto_error(c, "credit overflow: more credits returned than "
 			       "were used");
 		return;
@@ -523,7 +550,12 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 
 	switch (p.hdr.type) {
 	case EVR_T_CREDIT:
-		evr__credit_got_update(&c->cr);
+		/* with a shared queue the bank tells the credit state when
+		 * (and if) it re-grants this buffer's credit */
+		if (c->srq)
+			b->update = true;
+		else
+			evr__credit_got_update(&c->cr);
 		repost(c, b);
 		return;
 	case EVR_T_BYE:
@@ -538,7 +570,7 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		}
 		rx = calloc(1, sizeof(*rx));
 		if (!rx) {
-			evr__pool_put(&ctx->pool, b);
+			evr__conn_recv_put(c, b);
 			evr__conn_fail(c, -ENOMEM);
 			return;
 		}
@@ -582,7 +614,7 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		return;
 	}
 	default:
-		evr__pool_put(&ctx->pool, b);
+		evr__conn_recv_put(c, b);
 		proto_error(c, "unknown message type");
 		return;
 	}
@@ -596,7 +628,8 @@ void evr__msg_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
 	evr_ctx *ctx = c->ctx;
 
 	c->last_act = ev_now(ctx->loop); /* a sign of life (keepalive) */
-	c->recv_posted--;
+	if (!c->srq) /* a shared queue's completions come in good */
+		c->recv_posted--;
 	if (wc->status != IBV_WC_SUCCESS) {
 		int err = evr__wc_errno(wc->status);
 
@@ -614,7 +647,11 @@ void evr__msg_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
 	if (wc->opcode == IBV_WC_RECV) /* the device wrote the buffer */
 		EVR__VG_DEFINED(b->data, EVR__MIN(wc->byte_len, b->size));
 	if (c->state >= EVR_CS_FAILED) {
-		evr__pool_put(&ctx->pool, b);
+		/* no one reads it; its credit was used all the same */
+		if (c->srq && evr__bank_consume(&ctx->bank, &c->bank, false))
+			evr__srq_put_back(ctx, b);
+		else
+			evr__conn_recv_put(c, b);
 		evr__conn_kick(c);
 		return;
 	}
@@ -664,10 +701,15 @@ void evr_msg_release(evr_msg *m)
 		return;
 	evr__list_del(&m->link);
 	if (m->buf) {
-		if (m->conn)
+		if (m->conn) {
 			repost(m->conn, m->buf);
-		else
+		} else if (m->ctx->srq) {
+			/* its conn is gone: the bank counts it an orphan */
+			evr__bank_repost_orphan(&m->ctx->bank);
+			evr__srq_put_back(m->ctx, m->buf);
+		} else {
 			evr__pool_put(&m->ctx->pool, m->buf);
+		}
 	}
 	evr__rbuf_put(&m->ctx->pool, m->rb);
 	free(m);

@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void evr_ctx_opts_init_sz(struct evr_ctx_opts *opts, size_t size)
 {
@@ -53,6 +54,7 @@ void evr_ctx_opts_init_sz(struct evr_ctx_opts *opts, size_t size)
 	o.log_level = EVR_LOG_WARN;
 	o.listen_backlog = 4096;
 	o.connect_reply_ms = 30000;
+	o.srq = EVR_SRQ_AUTO;
 	/* write no more than the caller's struct holds; zero what it has
 	 * beyond ours (fields of a newer header: theirs default to 0) */
 	memcpy(opts, &o, EVR__MIN(size, sizeof(o)));
@@ -121,6 +123,7 @@ void evr__env_read(struct evr__env *env)
 	env->adapt_quiet_polls = getenv("EVR_ADAPT_QUIET_POLLS");
 	env->poll_spin = getenv("EVR_POLL_SPIN");
 	env->reg_cache = getenv("EVR_REG_CACHE");
+	env->srq = getenv("EVR_SRQ");
 }
 
 unsigned evr__opt_pick(unsigned opt, const char *env, unsigned dflt)
@@ -154,4 +157,11 @@ void evr__tune_resolve(struct evr__tune *t, const struct evr_ctx_opts *o,
 	t->reg_cache_max = evr__opt_pick(0, env->reg_cache, 0);
 	/* a log sink in the options takes the lines: EVR_LOG is not read */
 	t->log_stderr = o->log_fn || lvl < 0 ? 0 : (unsigned)lvl + 1;
+	t->srq = o->srq;
+	if (t->srq == EVR_SRQ_AUTO && env->srq) {
+		if (!strcasecmp(env->srq, "on") || !strcmp(env->srq, "1"))
+			t->srq = EVR_SRQ_ON;
+		else if (!strcasecmp(env->srq, "off") || !strcmp(env->srq, "0"))
+			t->srq = EVR_SRQ_OFF;
+	}
 }

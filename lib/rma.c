@@ -63,6 +63,8 @@ static int rma_submit(evr_conn *c, enum evr__op_kind kind,
 
 static void rma_queue(struct evr__op *op)
 {
+	if (op->credit)
+		op->h.conn->nsendq_credit++;
 	evr__list_add_tail(&op->h.conn->sendq, &op->h.link);
 	evr__conn_dirty(op->h.conn);
 }

@@ -398,6 +398,39 @@ static void test_tune_resolve(void **state)
 	assert_int_equal(t.poll_spin, 5); /* no option: still the variable */
 }
 
+/* EVR_SRQ decides only when the option is left at AUTO; other text than
+ * on/off/1/0 leaves AUTO. */
+static void test_srq_resolve(void **state)
+{
+	static const struct {
+		enum evr_srq_mode opt;
+		const char *env;
+		enum evr_srq_mode want;
+	} cases[] = {
+	    {EVR_SRQ_AUTO, NULL, EVR_SRQ_AUTO},
+	    {EVR_SRQ_AUTO, "on", EVR_SRQ_ON},
+	    {EVR_SRQ_AUTO, "OFF", EVR_SRQ_OFF},
+	    {EVR_SRQ_AUTO, "1", EVR_SRQ_ON},
+	    {EVR_SRQ_AUTO, "0", EVR_SRQ_OFF},
+	    {EVR_SRQ_AUTO, "yes please", EVR_SRQ_AUTO},
+	    {EVR_SRQ_OFF, "on", EVR_SRQ_OFF},
+	    {EVR_SRQ_ON, "off", EVR_SRQ_ON},
+	};
+	struct evr__env env = {0};
+	struct evr_ctx_opts o;
+	struct evr__tune t;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		evr_ctx_opts_init(&o);
+		o.srq = cases[i].opt;
+		env.srq = cases[i].env;
+		evr__tune_resolve(&t, &o, &env);
+		assert_int_equal(t.srq, cases[i].want);
+	}
+}
+
 /* The variables a ctx reads, by their documented names. */
 static void test_env_read(void **state)
 {
@@ -414,6 +447,7 @@ static void test_env_read(void **state)
 	     offsetof(struct evr__env, adapt_quiet_polls)},
 	    {"EVR_POLL_SPIN", offsetof(struct evr__env, poll_spin)},
 	    {"EVR_REG_CACHE", offsetof(struct evr__env, reg_cache)},
+	    {"EVR_SRQ", offsetof(struct evr__env, srq)},
 	};
 	struct evr__env env;
 	size_t i;
@@ -454,6 +488,7 @@ int main(void)
 	    cmocka_unit_test(test_pick),
 	    cmocka_unit_test(test_tune_resolve),
 	    cmocka_unit_test(test_env_read),
+	    cmocka_unit_test(test_srq_resolve),
 	    cmocka_unit_test(test_e2big_text),
 	};
 
