@@ -1259,7 +1259,11 @@ static void test_conn_info(void **state)
 	so.recv_depth = CI_SRV_DEPTH;
 	so.eager_size = CI_SRV_EAGER;
 	so.max_msg_size = CI_SRV_MAX;
+	/* credits as a receive queue per connection gives them: all of the
+	 * depth at once (t_srq has the shared queue's windows) */
+	so.srq = EVR_SRQ_OFF;
 	rt_ctx_opts(&co);
+	co.srq = EVR_SRQ_OFF;
 	co.recv_depth = CI_CLI_DEPTH;
 	co.eager_size = CI_CLI_EAGER;
 	co.max_msg_size = CI_CLI_MAX;
@@ -1481,6 +1485,7 @@ static void test_recv_wrs(void **state)
 		w.n = rows[r].n;
 		rt_ctx_opts(&o);
 		o.recv_depth = RW_DEPTH;
+		o.srq = EVR_SRQ_OFF; /* receives per conn (t_srq: shared) */
 		rt_pair_init2(&f->p, loop, &o, &o);
 		f->echo = rows[r].echo;
 		f->hold = rows[r].hold;

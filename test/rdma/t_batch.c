@@ -114,6 +114,10 @@ static void bt_init(struct bt *b, unsigned sq_depth, unsigned recv_depth)
 	b->loop = ev_loop_new(EVFLAG_AUTO);
 	rt_ctx_opts(&so);
 	so.recv_depth = recv_depth;
+	/* batches are counted against credits that are all there at once:
+	 * a receive queue per connection (a shared one starts the window
+	 * small, see t_srq) */
+	so.srq = EVR_SRQ_OFF;
 	rt_pair_init(&b->p, b->loop, &so);
 	b->p.cli.user = b;
 	b->p.cli_opts.on_recv = cli_recv;
@@ -122,6 +126,7 @@ static void bt_init(struct bt *b, unsigned sq_depth, unsigned recv_depth)
 	rt_ctx_opts(&b->copts);
 	b->copts.sq_depth = sq_depth;
 	b->copts.recv_depth = recv_depth;
+	b->copts.srq = EVR_SRQ_OFF;
 	assert_int_equal(evr_ctx_create(&b->cctx, b->loop, &b->copts), 0);
 
 	assert_int_equal(posix_memalign((void **)&b->cmem, 4096, REGION), 0);

@@ -1,0 +1,464 @@
+/*
+ * The shared receive queue (docs/credits.md): windows that start small
+ * and grow for a busy sender, shrink for a quiet one; credits never lent
+ * beyond the buffers posted; a pool that refuses a connection it cannot
+ * cover (-ENOBUFS at the server, ECONNREFUSED with the reason at the
+ * client) and takes back what a closed connection was lent; and peers of
+ * either kind (shared queue or a queue per connection) talking to each
+ * other.  Refusal and reclaim run on both driving paths: the pool is
+ * refilled and closed conns are reaped from the loop.
+ */
+#include "rt_drive.h"
+
+#include <stdbool.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#define NMSG 3000
+#define MSG_LEN 256
+
+struct stream {
+	struct rt_pair p;
+	uint32_t got, sent_ok, sent_err, bad;
+	unsigned max_window; /* the largest the server lent the client */
+	bool lent_over;	     /* srq_lent > srq_posted seen */
+	/* a message's bytes are read when it is posted, not when it is
+	 * submitted: one buffer each */
+	uint8_t buf[NMSG][MSG_LEN];
+};
+
+static void check_bank(struct stream *s)
+{
+	struct evr_stats st;
+
+	evr_ctx_stats(s->p.ctx, &st);
+	if (st.srq_lent > st.srq_posted)
+		s->lent_over = true;
+}
+
+static void srv_recv(evr_conn *c, const void *data, size_t len, void *arg)
+{
+	struct rt_side *side = arg;
+	struct stream *s = side->user;
+	struct evr_conn_info ci;
+
+	if (len != MSG_LEN || rt_verify(data, len, s->got) != -1)
+		s->bad++;
+	s->got++;
+	assert_int_equal(evr_conn_info(c, &ci), 0);
+	if (ci.recv_window > s->max_window)
+		s->max_window = ci.recv_window;
+	check_bank(s);
+}
+
+static void sent(evr_conn *c, int status, void *arg)
+{
+	struct stream *s = arg;
+
+	(void)c;
+	if (status)
+		s->sent_err++;
+	else
+		s->sent_ok++;
+}
+
+static int all_got(void *arg)
+{
+	struct stream *s = arg;
+
+	return s->got >= NMSG && s->sent_ok + s->sent_err >= NMSG;
+}
+
+static int got_one(void *arg)
+{
+	struct stream *s = arg;
+
+	return s->got == 1 && s->sent_ok + s->sent_err == 1;
+}
+
+static void stream_init(struct stream *s, struct ev_loop *loop,
+			enum evr_srq_mode srv, enum evr_srq_mode cli)
+{
+	struct evr_ctx_opts so, co;
+
+	memset(s, 0, sizeof(*s));
+	rt_ctx_opts(&so);
+	so.srq = srv;
+	rt_ctx_opts(&co);
+	co.srq = cli;
+	rt_pair_init2(&s->p, loop, &so, &co);
+	s->p.srv.user = s;
+	s->p.srv_opts.on_recv = srv_recv;
+	rt_pair_connect(&s->p);
+}
+
+static void send_one(struct stream *s, uint32_t seq)
+{
+	rt_fill(s->buf[0], MSG_LEN, seq);
+	assert_int_equal(evr_send(s->p.cli.conn, s->buf[0], MSG_LEN, sent, s),
+			 0);
+}
+
+/* A sender with thousands queued is held back by its window: it says so
+ * (EVR_F_WANT) and the window grows from 8 towards recv_depth; every
+ * message arrives, in order, and the bank never lends more than it has
+ * posted.  Then one message at a time: the window shrinks to the least
+ * that keeps data and control moving (4). */
+static void test_window_grows_and_shrinks(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct stream *s = calloc(1, sizeof(*s));
+	struct evr_conn_info si, ci;
+	struct evr_stats st;
+	uint32_t i;
+
+	(void)state;
+	assert_non_null(s);
+	stream_init(s, loop, EVR_SRQ_ON, EVR_SRQ_ON);
+	assert_int_equal(evr_conn_info(s->p.srv.conn, &si), 0);
+	assert_int_equal(evr_conn_info(s->p.cli.conn, &ci), 0);
+	assert_int_equal(si.srq, 1);
+	assert_int_equal(si.recv_window, 8);
+	assert_int_equal(ci.peer_recv_depth, 64); /* the largest window */
+	assert_int_equal(ci.send_credits, 8);	  /* what is lent now */
+
+	for (i = 0; i < NMSG; i++) {
+		rt_fill(s->buf[i], MSG_LEN, i);
+		assert_int_equal(evr_send(s->p.cli.conn, s->buf[i], MSG_LEN,
+					  sent, s),
+				 0);
+	}
+	assert_int_equal(rt_run_until(loop, all_got, s, 60), 0);
+	assert_int_equal(s->got, NMSG);
+	assert_int_equal(s->bad, 0);
+	assert_int_equal(s->sent_ok, NMSG);
+	assert_false(s->lent_over);
+	evr_ctx_stats(s->p.ctx, &st);
+	printf("# %u messages: window grew to %u of 64; %llu credits grown, "
+	       "%llu withheld; pool %u buffers, %u posted, %u lent\n",
+	       NMSG, s->max_window, (unsigned long long)st.srq_grown,
+	       (unsigned long long)st.srq_withheld, st.srq_buffers,
+	       st.srq_posted, st.srq_lent);
+	assert_true(s->max_window >= 32);
+	assert_true(st.srq_grown > 0);
+
+	/* one at a time: nothing waits behind a message, nothing is wanted */
+	for (i = 0; i < 100; i++) {
+		s->got = 0;
+		s->sent_ok = s->sent_err = 0;
+		send_one(s, 0);
+		assert_int_equal(rt_run_until(loop, got_one, s, 20), 0);
+	}
+	assert_int_equal(evr_conn_info(s->p.srv.conn, &si), 0);
+	printf("# after 100 single messages: window %u\n", si.recv_window);
+	assert_int_equal(si.recv_window, 4);
+	assert_int_equal(s->bad, 0);
+
+	rt_pair_close(&s->p);
+	rt_pair_fini(&s->p);
+	ev_loop_destroy(loop);
+	free(s);
+}
+
+/* Mixed peers: a client with a queue per connection (it lends all of its
+ * depth, window 0 in its request) gets a fixed window of 8 from a shared
+ * queue server; a shared-queue client lends a per-connection server 8
+ * and grows.  Messages arrive whole both ways. */
+static void test_mixed_peers(void **state)
+{
+	static const struct {
+		enum evr_srq_mode srv, cli;
+		unsigned srv_window;	/* what the server lends */
+		unsigned cli_peer_depth; /* what the client sees of it */
+		int srv_srq;
+	} rows[] = {
+	    {EVR_SRQ_ON, EVR_SRQ_OFF, 8, 8, 1},
+	    {EVR_SRQ_OFF, EVR_SRQ_ON, 64, 64, 0},
+	};
+
+	(void)state;
+	for (size_t r = 0; r < ARRAY_SIZE(rows); r++) {
+		struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+		struct stream *s = calloc(1, sizeof(*s));
+		struct evr_conn_info si, ci;
+		uint32_t i;
+
+		assert_non_null(s);
+		stream_init(s, loop, rows[r].srv, rows[r].cli);
+		assert_int_equal(evr_conn_info(s->p.srv.conn, &si), 0);
+		assert_int_equal(evr_conn_info(s->p.cli.conn, &ci), 0);
+		assert_int_equal(si.srq, rows[r].srv_srq);
+		assert_int_equal(ci.srq, !rows[r].srv_srq);
+		assert_int_equal(si.recv_window, rows[r].srv_window);
+		assert_int_equal(ci.peer_recv_depth, rows[r].cli_peer_depth);
+		assert_int_equal(ci.send_credits, rows[r].srv_window);
+		for (i = 0; i < NMSG; i++) {
+			rt_fill(s->buf[i], MSG_LEN, i);
+			assert_int_equal(evr_send(s->p.cli.conn, s->buf[i],
+						  MSG_LEN, sent, s),
+					 0);
+		}
+		assert_int_equal(rt_run_until(loop, all_got, s, 60), 0);
+		assert_int_equal(s->got, NMSG);
+		assert_int_equal(s->bad, 0);
+		assert_int_equal(s->sent_ok, NMSG);
+		assert_false(s->lent_over);
+		/* the fixed window never grows past what was announced */
+		assert_true(s->max_window <= rows[r].srv_window);
+		rt_pair_close(&s->p);
+		rt_pair_fini(&s->p);
+		ev_loop_destroy(loop);
+		free(s);
+	}
+}
+
+/* ---- a pool too small for a third connection ---- */
+
+struct tiny {
+	struct rt_drv d;
+	evr_ctx *ctx;
+	evr_listener *l;
+	struct rt_side cli[3], srv[3];
+	evr_conn *srv_conn[3];
+	int accepts, refused;
+	char why[3][64]; /* the reject reason each client got */
+};
+
+static struct tiny *tiny_arg;
+static unsigned tiny_idx;
+
+static void tiny_cli_connect(evr_conn *c, int status, void *arg)
+{
+	struct rt_side *side = arg;
+	size_t n = 0;
+	const void *why = evr_conn_reject_reason(c, &n);
+
+	if (why) {
+		unsigned i = (unsigned)(side - tiny_arg->cli);
+
+		memcpy(tiny_arg->why[i], why, n < 63 ? n : 63);
+	}
+	rt_side_connect(c, status, arg);
+}
+
+static void tiny_accept(evr_listener *l, evr_conn_req *req, const void *ud,
+			size_t ulen, void *arg)
+{
+	struct tiny *t = arg;
+	struct evr_conn_opts o;
+	unsigned i = *(const uint8_t *)ud;
+	int rc;
+
+	(void)l;
+	assert_int_equal(ulen, 1);
+	evr_conn_opts_init(&o);
+	o.on_connect = rt_side_connect;
+	o.on_close = rt_side_close;
+	o.arg = &t->srv[i];
+	rc = evr_accept(req, &o, &t->srv_conn[i]);
+	if (rc == -ENOBUFS)
+		t->refused++;
+	else
+		assert_int_equal(rc, 0);
+	t->accepts++;
+}
+
+static void tiny_connect(struct tiny *t, unsigned i)
+{
+	struct evr_conn_opts o;
+	uint8_t idx = (uint8_t)i;
+
+	memset(&t->cli[i], 0, sizeof(t->cli[i]));
+	memset(&t->srv[i], 0, sizeof(t->srv[i]));
+	evr_conn_opts_init(&o);
+	o.on_connect = tiny_cli_connect;
+	o.on_close = rt_side_close;
+	o.arg = &t->cli[i];
+	o.user_data = &idx;
+	o.user_len = 1;
+	assert_int_equal(evr_connect(t->ctx, rt_addr(), evr_listener_port(t->l),
+				     &o, NULL),
+			 0);
+}
+
+static int cli_done(void *arg)
+{
+	(void)arg;
+	return tiny_arg->cli[tiny_idx].connects > 0 &&
+	       (tiny_arg->cli[tiny_idx].connect_status ||
+		tiny_arg->srv[tiny_idx].connects > 0);
+}
+
+static int cli_closed(void *arg)
+{
+	(void)arg;
+	return tiny_arg->cli[tiny_idx].closes > 0 &&
+	       tiny_arg->srv[tiny_idx].closes > 0;
+}
+
+static int all_back(void *arg)
+{
+	struct evr_stats st;
+
+	evr_ctx_stats(arg, &st);
+	return st.conns == 0 && st.srq_lent == 0 &&
+	       st.srq_posted == st.srq_buffers;
+}
+
+/*
+ * One ctx with a pool of 24 buffers (srq_buffers): a connection to itself
+ * takes 8 at each end.  The second connect gets its client end (8), then
+ * the server end finds the pool empty: refused, the client told why.
+ * Once the first connection is closed, what it was lent comes back and a
+ * third connect succeeds; at the end every buffer is posted again and
+ * nothing is lent.
+ */
+static void run_pool_refuses(enum rt_path path)
+{
+	struct tiny *t = calloc(1, sizeof(*t));
+	struct evr_ctx_opts o;
+	struct evr_stats st;
+
+	assert_non_null(t);
+	tiny_arg = t;
+	rt_drv_init(&t->d, path);
+	rt_ctx_opts(&o);
+	o.srq = EVR_SRQ_ON;
+	o.srq_buffers = 24;
+	t->ctx = rt_drv_ctx(&t->d, &o);
+	assert_int_equal(evr_listen(t->ctx, rt_addr(), 0, 16, tiny_accept, t,
+				    &t->l),
+			 0);
+
+	tiny_connect(t, 0);
+	tiny_idx = 0;
+	assert_int_equal(rt_drv_run_until(&t->d, cli_done, NULL, 20), 0);
+	assert_int_equal(t->cli[0].connect_status, 0);
+
+	tiny_connect(t, 1);
+	tiny_idx = 1;
+	assert_int_equal(rt_drv_run_until(&t->d, cli_done, NULL, 20), 0);
+	assert_int_equal(t->cli[1].connect_status, -ECONNREFUSED);
+	assert_int_equal(t->refused, 1);
+	assert_string_equal(t->why[1], "no receive buffers");
+	evr_ctx_stats(t->ctx, &st);
+	assert_int_equal(st.srq_refused, 1);
+	assert_int_equal(st.srq_buffers, 24);
+	assert_true(st.srq_lent <= st.srq_posted);
+
+	/* close the first: its credits come back */
+	assert_int_equal(evr_conn_close(t->srv[0].conn, 0), 0);
+	tiny_idx = 0;
+	assert_int_equal(rt_drv_run_until(&t->d, cli_closed, NULL, 20), 0);
+	assert_int_equal(t->cli[0].close_status, -ESHUTDOWN);
+
+	tiny_connect(t, 2);
+	tiny_idx = 2;
+	assert_int_equal(rt_drv_run_until(&t->d, cli_done, NULL, 20), 0);
+	assert_int_equal(t->cli[2].connect_status, 0);
+	assert_int_equal(t->srv[2].connect_status, 0);
+	assert_int_equal(evr_conn_close(t->cli[2].conn, 0), 0);
+	assert_int_equal(rt_drv_run_until(&t->d, cli_closed, NULL, 20), 0);
+
+	/* everything closed and reaped: all posted, nothing lent */
+	assert_int_equal(rt_drv_run_until(&t->d, all_back, t->ctx, 10), 0);
+	evr_ctx_stats(t->ctx, &st);
+	assert_int_equal(st.srq_refused, 1);
+
+	evr_listener_close(t->l);
+	rt_drv_detach(&t->d);
+	evr_ctx_destroy(t->ctx);
+	rt_drv_fini(&t->d);
+	free(t);
+}
+
+static void test_pool_refuses_libev(void **state)
+{
+	(void)state;
+	run_pool_refuses(RT_LIBEV);
+}
+
+static void test_pool_refuses_embed(void **state)
+{
+	(void)state;
+	run_pool_refuses(RT_EMBED);
+}
+
+/* A server with a shared queue holds one pool for all its connections:
+ * 20 idle connections cost one chunk of buffers, not 20 x recv_depth. */
+static void test_pool_per_ctx(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct rt_pair p;
+	struct evr_ctx_opts so, co;
+	struct evr_stats st;
+	static struct rt_side cli[20];
+	int i;
+
+	(void)state;
+	rt_ctx_opts(&so);
+	so.srq = EVR_SRQ_ON;
+	rt_ctx_opts(&co);
+	co.srq = EVR_SRQ_OFF;
+	rt_pair_init2(&p, loop, &so, &co);
+	for (i = 0; i < 20; i++) {
+		struct evr_conn_opts o = p.cli_opts;
+
+		o.arg = &cli[i];
+		assert_int_equal(evr_connect(p.cctx, rt_addr(),
+					     evr_listener_port(p.l), &o, NULL),
+				 0);
+	}
+	rt_run_for(loop, 0.1);
+	for (int k = 0; k < 200 && p.accepts < 20; k++)
+		rt_run_for(loop, 0.05);
+	for (int k = 0; k < 200; k++) {
+		int up = 0;
+
+		for (i = 0; i < 20; i++)
+			up += cli[i].connects;
+		if (up == 20)
+			break;
+		rt_run_for(loop, 0.05);
+	}
+	for (i = 0; i < 20; i++)
+		assert_int_equal(cli[i].connect_status, 0);
+	evr_ctx_stats(p.ctx, &st);
+	printf("# 20 connections: pool of %u buffers (%llu bytes), %u lent; "
+	       "a queue each would post %u\n",
+	       st.srq_buffers, (unsigned long long)st.pool_bytes, st.srq_lent,
+	       20 * 64);
+	assert_int_equal(st.conns, 20);
+	assert_int_equal(st.srq_lent, 20 * 8);
+	assert_true(st.srq_buffers <= 512);
+	assert_true(st.srq_lent <= st.srq_posted);
+	for (i = 0; i < 20; i++)
+		if (cli[i].conn)
+			assert_int_equal(evr_conn_close(cli[i].conn, 0), 0);
+	for (int k = 0; k < 400; k++) {
+		evr_ctx_stats(p.ctx, &st);
+		if (st.conns == 0 && st.srq_lent == 0)
+			break;
+		rt_run_for(loop, 0.05);
+	}
+	assert_int_equal(st.conns, 0);
+	assert_int_equal(st.srq_lent, 0);
+	evr_listener_close(p.l);
+	evr_ctx_destroy(p.cctx);
+	evr_ctx_destroy(p.ctx);
+	ev_loop_destroy(loop);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_window_grows_and_shrinks),
+		cmocka_unit_test(test_mixed_peers),
+		cmocka_unit_test(test_pool_refuses_libev),
+		cmocka_unit_test(test_pool_refuses_embed),
+		cmocka_unit_test(test_pool_per_ctx),
+	};
+
+	rt_init(300);
+	return cmocka_run_group_tests_name("rdma_srq", tests, NULL, NULL);
+}
