@@ -388,7 +388,7 @@ int evr_listen(evr_ctx *ctx, const char *host, uint16_t port, int backlog,
 {
 	struct sockaddr_storage ss;
 	evr_listener *l;
-	int err;
+	int err, cap;
 
 	if (!ctx || !cb || !out)
 		return -EINVAL;
@@ -419,11 +419,12 @@ int evr_listen(evr_ctx *ctx, const char *host, uint16_t port, int backlog,
 	}
 	if (backlog <= 0)
 		backlog = (int)EVR__MIN(ctx->o.listen_backlog, (unsigned)INT_MAX);
-	if (backlog > max_backlog())
+	cap = max_backlog();
+	if (backlog > cap)
 		EVR_INFO(ctx,
 			 "listen backlog %d: the kernel keeps %d "
 			 "(net.rdma_ucm.max_backlog)",
-			 backlog, max_backlog());
+			 backlog, cap);
 	if (rdma_listen(l->id, backlog)) {
 		err = -errno;
 		goto err_destroy;

@@ -104,8 +104,8 @@ struct evr__op_class {
 
 /*
  * The work request an op stands for, in the fewest bytes: sq.c turns it
- * into a struct ibv_send_wr (128 bytes, plus 16 for its SGE) on the stack
- * at post time, so no op carries one.  len 0 posts no SGE.
+ * into a struct ibv_send_wr (128 bytes, plus 16 for its SGE) in the ctx's
+ * chain array at post time, so no op carries one.  len 0 posts no SGE.
  */
 struct evr__wqe {
 	uint64_t laddr; /* local address */
@@ -176,8 +176,6 @@ struct evr__op {
 #define evr__op_of(w) evr__container_of((w), struct evr__op, h)
 
 /* ---- send queue of one QP: batching and selective signaling (sq.c) ---- */
-#define EVR_SQ_CHAIN 32 /* WRs per ibv_post_send without a chain array */
-
 /* Room to build the verbs WRs of a batch in, shared by the SQs of a ctx
  * (one thread posts at a time): cap WRs and their SGEs. */
 struct evr__wr_chain {
@@ -198,7 +196,7 @@ struct evr__sq {
 	unsigned nbatch;	 /* ops on batch */
 	evr__sq_done_fn done;	/* completion of each op, in order */
 	struct evr_stats *st;
-	struct evr__wr_chain *chain; /* NULL: EVR_SQ_CHAIN on the stack */
+	struct evr__wr_chain *chain; /* cap >= 1; the ctx's is sq_depth */
 };
 
 void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
@@ -211,11 +209,10 @@ static inline unsigned evr__sq_room(const struct evr__sq *sq)
 }
 /* Append op (its opcode and wqe filled in) to the open batch. */
 void evr__sq_add(struct evr__sq *sq, struct evr__op *op);
-/* Post the open batch: its WRs are built from the ops in the chain array
- * (or on the stack, EVR_SQ_CHAIN at a time), each chain with one
- * ibv_post_send: one call for a batch that fits the array.  On failure
- * the ops that were not posted are completed through done() with the
- * error, and it is returned. */
+/* Post the open batch: its WRs are built from the ops in the chain array,
+ * cap at a time, each chain with one ibv_post_send: one call for a batch
+ * that fits the array.  On failure the ops that were not posted are
+ * completed through done() with the error, and it is returned. */
 int evr__sq_commit(struct evr__sq *sq);
 /* A send completion for op (signaled, or any op in error): completes every
  * posted op up to and including op, in order. */

@@ -4,16 +4,17 @@
  * Ops submitted during a loop iteration are chained into one batch and
  * posted with one ibv_post_send.  An op holds its work request in compact
  * form (struct evr__wqe); the verbs WRs are built here just before the
- * post, in an array the ctx shares among its SQs (as deep as an SQ, so a
- * batch is one chain), or without one on the stack, EVR_SQ_CHAIN at a
- * time.  Only one WR in `interval` is
- * signaled, plus the last WR of every batch, so the SQ never ends with an
- * unsignaled tail whose completion nobody would ever see.  RC completes
- * send WRs in order, so the completion of a signaled WR means every WR
- * posted before it has completed too: evr__sq_complete() walks the posted
- * FIFO up to that op and completes each one, in posting order.  A WR that
- * fails produces a completion whether signaled or not; the WRs before it
- * had succeeded (in-order execution), those after it are flushed.
+ * post, in an array the ctx shares among its SQs.  It is as deep as an
+ * SQ, so a batch is one chain; a batch longer than the array (only a test
+ * gives a shorter one) goes out as several chains, one post each.  Only
+ * one WR in `interval` is signaled, plus the last WR of every batch, so
+ * the SQ never ends with an unsignaled tail whose completion nobody would
+ * ever see.  RC completes send WRs in order, so the completion of a
+ * signaled WR means every WR posted before it has completed too:
+ * evr__sq_complete() walks the posted FIFO up to that op and completes
+ * each one, in posting order.  A WR that fails produces a completion
+ * whether signaled or not; the WRs before it had succeeded (in-order
+ * execution), those after it are flushed.
  */
 #include "evrdma-int.h"
 
@@ -140,6 +141,7 @@ static int post_chain(struct evr__sq *sq, unsigned n, struct ibv_send_wr *wrs,
 
 int evr__sq_commit(struct evr__sq *sq)
 {
+	const struct evr__wr_chain *ch = sq->chain;
 	struct evr__op *op, *last;
 	int rc = 0;
 
@@ -151,20 +153,9 @@ int evr__sq_commit(struct evr__sq *sq)
 		last->send_flags |= IBV_SEND_SIGNALED;
 		sq->unsig_run = 0;
 	}
-	if (sq->chain && sq->chain->cap) {
-		struct evr__wr_chain *ch = sq->chain;
-
-		while (sq->nbatch && rc == 0)
-			rc = post_chain(sq, EVR__MIN(sq->nbatch, ch->cap),
-					ch->wr, ch->sge);
-	} else {
-		struct ibv_send_wr wrs[EVR_SQ_CHAIN];
-		struct ibv_sge sges[EVR_SQ_CHAIN];
-
-		while (sq->nbatch && rc == 0)
-			rc = post_chain(sq, EVR__MIN(sq->nbatch, EVR_SQ_CHAIN),
-					wrs, sges);
-	}
+	while (sq->nbatch && rc == 0)
+		rc = post_chain(sq, EVR__MIN(sq->nbatch, ch->cap), ch->wr,
+				ch->sge);
 	if (rc == 0)
 		return 0;
 

@@ -3,14 +3,18 @@
  * probes (zero-length RDMA WRITEs) that the peer's device acknowledges, so
  * it stays up through many idle periods, with no callback fired and no
  * message lost after it; a busy connection sends none; keepalive can be
- * set or turned off per connection; and the transport options are
- * validated.  The keepalive cases run on both driving paths: on a libev
- * loop, and embedded in a host loop that sleeps as evr_ctx_timeout_ms()
- * says (rt_drive.h) -- the keepalive tick is a timer no fd announces.
+ * set or turned off per connection; it sends no probe once the peer's BYE
+ * arrived, and a peer that said BYE and then went silent ends the conn
+ * with -ESHUTDOWN; and the transport options are validated.  The
+ * keepalive cases run on both driving paths: on a libev loop, and
+ * embedded in a host loop that sleeps as evr_ctx_timeout_ms() says
+ * (rt_drive.h) -- the keepalive tick is a timer no fd announces.
  * (A peer that really goes silent needs a second host: see the two-host
  * tests.)
  */
 #include "rt_drive.h"
+
+#include <stdbool.h>
 
 struct count {
 	int got;
@@ -243,6 +247,247 @@ static void test_busy_no_probes(void **state)
 	ev_loop_destroy(loop);
 }
 
+/* ---- after the peer's BYE ---- */
+
+/* What a conn with keepalive on sees of a peer that closes: the idle time
+ * and probe timeout (ms) of the keepalive ctx. */
+#define BYE_IDLE_MS    200
+#define BYE_TIMEOUT_MS 400
+
+static void bye_ctx_opts(struct evr_ctx_opts *o)
+{
+	rt_ctx_opts(o);
+	o->keepalive_ms = BYE_IDLE_MS;
+	o->keepalive_timeout_ms = BYE_TIMEOUT_MS;
+}
+
+/*
+ * The usual graceful close.  The server probes while the pair is idle; a
+ * message then makes its conn busy, so no probe is due when the client
+ * closes right after it, and none may go out from the BYE to the
+ * DISCONNECTED event.  The server ends with -ESHUTDOWN, once.
+ */
+static void run_bye_close(enum rt_path path)
+{
+	struct evr_ctx_opts o;
+	struct evr_stats st0, st1;
+	struct count n = {0};
+	struct rt_drv d;
+	struct rt_pair p;
+
+	rt_drv_init(&d, path);
+	bye_ctx_opts(&o);
+	rt_pair_init(&p, rt_drv_loop(&d), &o);
+	rt_drv_attach(&d, p.ctx);
+	p.srv.user = &n;
+	p.srv_opts.on_recv = on_recv;
+	p.cli_opts.keepalive_ms = -1; /* the ctx's probes are the server's */
+	rt_drv_pair_connect(&d, &p);
+	rt_drv_run_for(&d, 1.0);
+	evr_ctx_stats(p.ctx, &st0);
+	assert_true(st0.keepalive_probes >= 1); /* keepalive is on */
+	assert_int_equal(evr_send(p.cli.conn, "hello", 5, NULL, NULL), 0);
+	assert_int_equal(rt_drv_run_until(&d, got_one, &n, 10), 0);
+	evr_ctx_stats(p.ctx, &st0);
+	assert_int_equal(evr_conn_close(p.cli.conn, 0), 0);
+	assert_int_equal(rt_drv_run_until(&d, rt_pair_closed_pred, &p, 20), 0);
+	evr_ctx_stats(p.ctx, &st1);
+	printf(
+	    "# %s: graceful close: server status %s, %llu probes after "
+	    "the close\n",
+	    rt_path_name(path), evr_err_name(p.srv.close_status),
+	    (unsigned long long)(st1.keepalive_probes - st0.keepalive_probes));
+	assert_int_equal(p.cli.closes, 1);
+	assert_int_equal(p.cli.close_status, 0);
+	assert_int_equal(p.srv.closes, 1);
+	assert_int_equal(p.srv.close_status, -ESHUTDOWN);
+	assert_int_equal(st1.keepalive_probes, st0.keepalive_probes);
+	rt_drv_pair_fini(&d, &p);
+	rt_drv_fini(&d);
+}
+
+static void test_bye_close_libev(void **state)
+{
+	(void)state;
+	run_bye_close(RT_LIBEV);
+}
+
+static void test_bye_close_embed(void **state)
+{
+	(void)state;
+	run_bye_close(RT_EMBED);
+}
+
+/*
+ * A peer that says BYE and then goes silent without disconnecting.  It is
+ * the server, on a ctx of its own, embedded and stepped by hand: it closes
+ * its conn from on_connect, which runs from the rdma_cm channel, so the
+ * step that posts the BYE polls no completion queue; after it, its ctx is
+ * never stepped again.  Its QP stays up (its device would acknowledge
+ * probes), but it never sees its BYE complete, so it never disconnects.
+ */
+struct silent {
+	struct rt_drv *d; /* drives the client, and wakes for the peer */
+	struct rt_pair *p;
+	evr_ctx *ctx;	  /* the peer's */
+	int fd;		  /* its evr_ctx_fd() */
+	ev_io w;	  /* RT_LIBEV: the watch on fd */
+	bool watched;	  /* the driver wakes for fd */
+	bool frozen;	  /* its BYE is on its way: never stepped again */
+	double frozen_at; /* rt_now() then */
+};
+
+static void silent_watch(struct silent *s, bool on)
+{
+	struct epoll_event ev = {.events = EPOLLIN, .data.fd = s->fd};
+
+	if (s->watched == on)
+		return;
+	s->watched = on;
+	if (s->d->path == RT_LIBEV) {
+		if (on)
+			ev_io_start(s->d->loop, &s->w);
+		else
+			ev_io_stop(s->d->loop, &s->w);
+		return;
+	}
+	assert_int_equal(
+	    epoll_ctl(s->d->ep, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, s->fd, &ev),
+	    0);
+}
+
+/* Run the peer's ctx as an embedding host would, until it froze. */
+static void silent_step(struct silent *s)
+{
+	int i;
+
+	for (i = 0; i < 16 && !s->frozen; i++) {
+		assert_int_equal(evr_ctx_process(s->ctx), 0);
+		if (evr_ctx_timeout_ms(s->ctx) != 0)
+			break;
+	}
+	if (s->frozen)
+		silent_watch(s, false);
+}
+
+static void silent_io(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	silent_step(w->data);
+}
+
+static void silent_connect(evr_conn *c, int status, void *arg)
+{
+	struct rt_side *side = arg;
+	struct silent *s = side->user;
+
+	rt_side_connect(c, status, arg);
+	if (status)
+		return;
+	assert_int_equal(evr_conn_close(c, 0), 0);
+	s->frozen = true;
+	s->frozen_at = rt_now();
+}
+
+static int silent_up(void *arg)
+{
+	struct silent *s = arg;
+
+	silent_step(s);
+	return rt_pair_up_pred(s->p);
+}
+
+static int cli_closed(void *arg)
+{
+	return ((struct rt_pair *)arg)->cli.closes > 0;
+}
+
+/*
+ * The client, with keepalive on, gets the BYE right after it connected,
+ * and from then on nothing.  It must send no probe (one would be
+ * acknowledged, and keep it up as long as the peer's QP lives), and end
+ * with -ESHUTDOWN once the peer was silent for the idle time plus the
+ * probe timeout: at the first keepalive tick after that, ticks coming
+ * every idle / 2.
+ */
+static void run_bye_silent(enum rt_path path)
+{
+	const double idle = BYE_IDLE_MS / 1000.0;
+	const double timeout = BYE_TIMEOUT_MS / 1000.0;
+	struct evr_ctx_opts o;
+	struct evr_stats st0, st1;
+	struct silent s = {0};
+	struct rt_drv d;
+	struct rt_pair p;
+	double took;
+
+	rt_drv_init(&d, path);
+	rt_ctx_opts(&o);
+	rt_pair_init(&p, NULL, &o); /* the peer: the server, embedded */
+	bye_ctx_opts(&o);
+	assert_int_equal(evr_ctx_create(&p.cctx, rt_drv_loop(&d), &o), 0);
+	rt_drv_attach(&d, p.cctx);
+	s.d = &d;
+	s.p = &p;
+	s.ctx = p.ctx;
+	s.fd = evr_ctx_fd(p.ctx);
+	assert_true(s.fd >= 0);
+	ev_io_init(&s.w, silent_io, s.fd, EV_READ);
+	s.w.data = &s;
+	silent_watch(&s, true);
+	p.srv.user = &s;
+	p.srv_opts.on_connect = silent_connect;
+	p.srv_opts.keepalive_ms = -1;
+
+	evr_ctx_stats(p.cctx, &st0);
+	assert_int_equal(evr_connect(p.cctx, rt_addr(), evr_listener_port(p.l),
+				     &p.cli_opts, NULL),
+			 0);
+	assert_int_equal(rt_drv_run_until(&d, silent_up, &s, 20), 0);
+	assert_int_equal(p.cli.connect_status, 0);
+	assert_int_equal(p.srv.connect_status, 0);
+	assert_true(s.frozen);
+	assert_false(s.watched);
+
+	/* without the BYE's rule it would probe and stay up: bound the wait
+	 * well past when it should end */
+	assert_int_equal(
+	    rt_drv_run_until(&d, cli_closed, &p, 3 * (idle + timeout) + 1), 0);
+	took = rt_now() - s.frozen_at;
+	evr_ctx_stats(p.cctx, &st1);
+	printf(
+	    "# %s: peer silent after its BYE: client status %s after "
+	    "%.2f s (rule: %.2f..%.2f), %llu probes\n",
+	    rt_path_name(path), evr_err_name(p.cli.close_status), took,
+	    idle + timeout, 1.5 * idle + timeout,
+	    (unsigned long long)(st1.keepalive_probes - st0.keepalive_probes));
+	assert_int_equal(p.cli.closes, 1);
+	assert_int_equal(p.cli.close_status, -ESHUTDOWN);
+	assert_int_equal(st1.keepalive_probes, st0.keepalive_probes);
+	/* not before the silence lasted idle + timeout (the BYE came after
+	 * frozen_at; a little slack for two clocks), and at the first tick
+	 * after, plus the time a loaded or slow run takes to notice */
+	assert_true(took >= idle + timeout - 0.02);
+	assert_true(took <= 1.5 * idle + timeout + 0.5 * rt_timeout_scale());
+	assert_int_equal(p.srv.closes, 0); /* the peer never ran again */
+
+	rt_drv_pair_fini(&d, &p);
+	rt_drv_fini(&d);
+}
+
+static void test_bye_silent_libev(void **state)
+{
+	(void)state;
+	run_bye_silent(RT_LIBEV);
+}
+
+static void test_bye_silent_embed(void **state)
+{
+	(void)state;
+	run_bye_silent(RT_EMBED);
+}
+
 static void test_bad_transport_opts(void **state)
 {
 	struct evr_ctx_opts o;
@@ -260,14 +505,18 @@ static void test_bad_transport_opts(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_idle_probes_libev),
-		cmocka_unit_test(test_idle_probes_embed),
-		cmocka_unit_test(test_per_conn_libev),
-		cmocka_unit_test(test_per_conn_embed),
-		cmocka_unit_test(test_off_per_conn_libev),
-		cmocka_unit_test(test_off_per_conn_embed),
-		cmocka_unit_test(test_busy_no_probes),
-		cmocka_unit_test(test_bad_transport_opts),
+	    cmocka_unit_test(test_idle_probes_libev),
+	    cmocka_unit_test(test_idle_probes_embed),
+	    cmocka_unit_test(test_per_conn_libev),
+	    cmocka_unit_test(test_per_conn_embed),
+	    cmocka_unit_test(test_off_per_conn_libev),
+	    cmocka_unit_test(test_off_per_conn_embed),
+	    cmocka_unit_test(test_busy_no_probes),
+	    cmocka_unit_test(test_bye_close_libev),
+	    cmocka_unit_test(test_bye_close_embed),
+	    cmocka_unit_test(test_bye_silent_libev),
+	    cmocka_unit_test(test_bye_silent_embed),
+	    cmocka_unit_test(test_bad_transport_opts),
 	};
 
 	rt_init(300);

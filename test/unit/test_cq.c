@@ -107,6 +107,11 @@ static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
 	(void)revents;
 }
 
+/* The ctx's array to build SQ batches in, as deep as the deepest SQ here
+ * (one ctx at a time). */
+static struct ibv_send_wr chain_wr[NOPS];
+static struct ibv_sge chain_sge[NOPS];
+
 /* A ctx as evr_ctx_create leaves it in EVENT mode, without a device:
  * lists empty, a loop of its own. */
 static evr_ctx *ctx_new(void)
@@ -125,6 +130,9 @@ static evr_ctx *ctx_new(void)
 	evr__runq_init(ctx);
 	evr__pool_init(&ctx->pool, NULL, &ctx->reg, 64, 1); /* empty: grows on demand */
 	evr__ctx_hooks_init(ctx); /* as evr_ctx_create does */
+	ctx->chain.wr = chain_wr;
+	ctx->chain.sge = chain_sge;
+	ctx->chain.cap = NOPS;
 	ctx->loop = ev_loop_new(0);
 	if (!ctx->loop) {
 		free(ctx);
@@ -184,7 +192,8 @@ static int setup(void **state)
 	evr__list_init(&f->conn->early);
 	f->conn->state = EVR_CS_ESTABLISHED;
 	f->conn->cq = f->cq;
-	evr__sq_init(&f->conn->sq, FAKE_QP, NOPS, 1, on_done, &ctx->st, NULL);
+	evr__sq_init(&f->conn->sq, FAKE_QP, NOPS, 1, on_done, &ctx->st,
+		     &ctx->chain);
 	evr__list_add_tail(&ctx->conns, &f->conn->link);
 	F = f;
 	*state = f;
@@ -617,6 +626,7 @@ static int pe_setup(void **state)
 	if (!ctx)
 		return -1;
 	ctx->o.sq_depth = PE_SQ;
+	ctx->chain.cap = PE_SQ; /* as evr_ctx_create sizes it */
 	ctx->o.log_fn = pe_log;
 	ctx->o.log_arg = p;
 	ctx->o.log_level = EVR_LOG_WARN;

@@ -2,8 +2,9 @@
  * Send queue batching and selective signaling (lib/sq.c), against the
  * mocked evr__post_send, which records every call and its WR chain.
  *
- * Cases: a batch goes out in chains of EVR_SQ_CHAIN WRs, one post each,
- * built from the ops' compact form (opcode, flags, SGE, remote address and
+ * Cases: a batch that fits the chain array is one post; one longer than
+ * the array goes out in chains of the array's length, one post each, its
+ * WRs built from the ops' compact form (opcode, flags, SGE, remote address and
  * key, immediate data, atomic operands); signaled WRs are one in
  * `interval` plus every batch tail; a signaled completion completes its
  * predecessors in posting order, each exactly once, with the right status
@@ -29,6 +30,9 @@
 
 #define MAX_OPS 4096
 #define FAKE_QP ((struct ibv_qp *)(uintptr_t)0x5150)
+/* A chain array shorter than the batches that test splitting: a ctx gives
+ * its SQs one as deep as the SQ, where a batch is always one chain. */
+#define SHORT_CHAIN 32
 
 /* Every op completion, in the order done() was called. */
 static struct {
@@ -40,6 +44,9 @@ static struct {
 static struct evr__op ops[MAX_OPS];
 static uint8_t mem[2 * MAX_OPS]; /* what the ops' SGEs point at */
 static unsigned times_done[MAX_OPS];
+static struct ibv_send_wr chain_wr[MAX_OPS];
+static struct ibv_sge chain_sge[MAX_OPS];
+static struct evr__wr_chain chain;
 
 static unsigned op_idx(const struct evr__op *op)
 {
@@ -54,6 +61,16 @@ static void on_done(struct evr__op *op, int status)
 	done_log.status[done_log.n] = status;
 	done_log.n++;
 	times_done[op_idx(op)]++;
+}
+
+/* The chain array an SQ builds its WRs in, cap WRs long. */
+static struct evr__wr_chain *chain_of(unsigned cap)
+{
+	assert_true(cap >= 1 && cap <= MAX_OPS);
+	chain.wr = chain_wr;
+	chain.sge = chain_sge;
+	chain.cap = cap;
+	return &chain;
 }
 
 static int setup(void **state)
@@ -129,6 +146,7 @@ static void complete_signaled(struct evr__sq *sq, unsigned from, unsigned n)
 		}
 }
 
+/* A batch longer than the chain array: chains of the array's length. */
 static void test_chains_per_batch(void **state)
 {
 	struct evr_stats st;
@@ -137,19 +155,20 @@ static void test_chains_per_batch(void **state)
 
 	(void)state;
 	memset(&st, 0, sizeof(st));
-	evr__sq_init(&sq, FAKE_QP, 1024, 16, on_done, &st, NULL);
+	evr__sq_init(&sq, FAKE_QP, 1024, 16, on_done, &st,
+		     chain_of(SHORT_CHAIN));
 	add_range(&sq, 0, 1000);
 	assert_int_equal(mock.post_send_calls, 0); /* nothing until commit */
 	assert_int_equal(evr__sq_room(&sq), 24);
 	assert_int_equal(evr__sq_commit(&sq), 0);
 
-	/* ceil(1000 / EVR_SQ_CHAIN) posts, full chains and the rest */
+	/* ceil(1000 / SHORT_CHAIN) posts, full chains and the rest */
 	assert_int_equal(mock.post_send_calls,
-			 (1000 + EVR_SQ_CHAIN - 1) / EVR_SQ_CHAIN);
+			 (1000 + SHORT_CHAIN - 1) / SHORT_CHAIN);
 	for (i = 0; i < mock.post_send_calls; i++) {
 		assert_ptr_equal(mock.posts[i].qp, FAKE_QP);
 		assert_int_equal(mock.posts[i].nwr,
-				 EVR__MIN(EVR_SQ_CHAIN, 1000 - i * EVR_SQ_CHAIN));
+				 EVR__MIN(SHORT_CHAIN, 1000 - i * SHORT_CHAIN));
 		nsig += mock.posts[i].nsig;
 	}
 	/* the WRs are the ops, in order, each wr_id pointing at its op's
@@ -199,7 +218,8 @@ static void test_signal_interval(void **state)
 		unsigned seed = 99, next = 0, since = 0, b, i, call = 0;
 
 		setup(NULL);
-		evr__sq_init(&sq, FAKE_QP, 256, intervals[t], on_done, NULL, NULL);
+		evr__sq_init(&sq, FAKE_QP, 256, intervals[t], on_done, NULL,
+			     chain_of(SHORT_CHAIN));
 		assert_int_equal(sq.interval, intervals[t]);
 		while (next < 3000) {
 			unsigned n;
@@ -212,9 +232,9 @@ static void test_signal_interval(void **state)
 				n = 3000 - next;
 			add_range(&sq, next, n);
 			assert_int_equal(evr__sq_commit(&sq), 0);
-			for (b = 0; b < n; b += EVR_SQ_CHAIN, call++)
+			for (b = 0; b < n; b += SHORT_CHAIN, call++)
 				assert_int_equal(mock.posts[call].nwr,
-						 EVR__MIN(EVR_SQ_CHAIN, n - b));
+						 EVR__MIN(SHORT_CHAIN, n - b));
 			assert_int_equal(mock.post_send_calls, call);
 			for (b = 0; b < n; b++) {
 				i = next + b;
@@ -258,7 +278,7 @@ static void test_interval_clamped(void **state)
 		struct evr__sq sq;
 
 		evr__sq_init(&sq, FAKE_QP, cases[i].depth, cases[i].interval,
-			     on_done, NULL, NULL);
+			     on_done, NULL, chain_of(cases[i].depth));
 		assert_int_equal(sq.interval, cases[i].want);
 		assert_int_equal(evr__sq_room(&sq), cases[i].depth);
 	}
@@ -272,7 +292,7 @@ static void test_complete_in_order(void **state)
 	unsigned i;
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 64, 4, on_done, NULL, NULL);
+	evr__sq_init(&sq, FAKE_QP, 64, 4, on_done, NULL, chain_of(64));
 	add_range(&sq, 0, 10);
 	assert_int_equal(evr__sq_commit(&sq), 0);
 	/* signaled: 3 (4th), 7 (8th) and the tail 9 */
@@ -304,7 +324,7 @@ static void test_complete_flush(void **state)
 	unsigned i;
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 64, 16, on_done, NULL, NULL);
+	evr__sq_init(&sq, FAKE_QP, 64, 16, on_done, NULL, chain_of(64));
 	add_range(&sq, 0, 12);
 	assert_int_equal(evr__sq_commit(&sq), 0);
 	/* the QP went to error: a flushed CQE for op 5 (flushed WRs
@@ -334,7 +354,7 @@ static void test_complete_error(void **state)
 	unsigned i;
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 64, 16, on_done, NULL, NULL);
+	evr__sq_init(&sq, FAKE_QP, 64, 16, on_done, NULL, chain_of(64));
 	add_range(&sq, 0, 8);
 	assert_int_equal(evr__sq_commit(&sq), 0);
 	evr__sq_complete(&sq, &ops[4], -EREMOTEIO);
@@ -372,7 +392,7 @@ static void test_post_failure_mid_chain(void **state)
 
 		setup(NULL);
 		memset(&st, 0, sizeof(st));
-		evr__sq_init(&sq, FAKE_QP, 32, 4, on_done, &st, NULL);
+		evr__sq_init(&sq, FAKE_QP, 32, 4, on_done, &st, chain_of(32));
 		/* something already posted before */
 		add_range(&sq, 0, 3);
 		assert_int_equal(evr__sq_commit(&sq), 0);
@@ -410,27 +430,31 @@ static void test_post_failure_mid_chain(void **state)
 	}
 }
 
-/* A batch longer than a chain whose second chain fails: the first chain
- * and the prefix of the second stay posted, the rest fail once each. */
+/* A batch longer than the chain array whose second chain fails: the first
+ * chain and the prefix of the second stay posted, the rest fail once each
+ * and no third chain is posted. */
 static void test_post_failure_later_chain(void **state)
 {
 	struct evr__sq sq;
-	unsigned i, n = EVR_SQ_CHAIN + 10, bad = 4;
+	unsigned i, n = 2 * SHORT_CHAIN + 10, bad = 4;
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 256, 8, on_done, NULL, NULL);
+	evr__sq_init(&sq, FAKE_QP, 256, 8, on_done, NULL,
+		     chain_of(SHORT_CHAIN));
 	mock.post_send_rc = -ENOMEM;
 	mock.post_send_ok_calls = 1;
 	mock.post_send_bad_idx = bad;
 	add_range(&sq, 0, n);
 	assert_int_equal(evr__sq_commit(&sq), -ENOMEM);
 	assert_int_equal(mock.post_send_calls, 2);
-	assert_int_equal(sq.outstanding, EVR_SQ_CHAIN + bad);
-	assert_int_equal(mock_wrs.nsend, EVR_SQ_CHAIN + bad);
+	assert_int_equal(sq.outstanding, SHORT_CHAIN + bad);
+	assert_int_equal(mock_wrs.nsend, SHORT_CHAIN + bad);
 	check_room(&sq);
-	assert_int_equal(done_log.n, n - EVR_SQ_CHAIN - bad);
+	assert_int_equal(mock.posts[0].nwr, SHORT_CHAIN);
+	assert_int_equal(mock.posts[1].nwr, SHORT_CHAIN);
+	assert_int_equal(done_log.n, n - SHORT_CHAIN - bad);
 	for (i = 0; i < done_log.n; i++) {
-		assert_ptr_equal(done_log.op[i], &ops[EVR_SQ_CHAIN + bad + i]);
+		assert_ptr_equal(done_log.op[i], &ops[SHORT_CHAIN + bad + i]);
 		assert_int_equal(done_log.status[i], -ENOMEM);
 	}
 	evr__sq_complete(&sq, last_posted(&sq), -ECANCELED);
@@ -442,16 +466,13 @@ static void test_post_failure_later_chain(void **state)
  * batch of any length is one post. */
 static void test_one_post_with_chain(void **state)
 {
-	static struct ibv_send_wr wrs[1024];
-	static struct ibv_sge sges[1024];
-	struct evr__wr_chain ch = {wrs, sges, 1024};
 	struct evr_stats st;
 	struct evr__sq sq;
 	unsigned i;
 
 	(void)state;
 	memset(&st, 0, sizeof(st));
-	evr__sq_init(&sq, FAKE_QP, 1024, 16, on_done, &st, &ch);
+	evr__sq_init(&sq, FAKE_QP, 1024, 16, on_done, &st, chain_of(1024));
 	add_range(&sq, 0, 1000);
 	assert_int_equal(evr__sq_commit(&sq), 0);
 	assert_int_equal(mock.post_send_calls, 1);
@@ -488,7 +509,7 @@ static void test_build_opcodes(void **state)
 	unsigned i, n = sizeof(cases) / sizeof(cases[0]);
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 64, 1, on_done, NULL, NULL);
+	evr__sq_init(&sq, FAKE_QP, 64, 1, on_done, NULL, chain_of(64));
 	for (i = 0; i < n; i++) {
 		struct evr__op *op = &ops[i];
 
@@ -540,7 +561,7 @@ static void test_post_failure_no_bad(void **state)
 	unsigned i;
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 32, 4, on_done, NULL, NULL);
+	evr__sq_init(&sq, FAKE_QP, 32, 4, on_done, NULL, chain_of(32));
 	mock.post_send_rc = -EINVAL;
 	mock.post_send_bad_idx = 1000; /* past the end: *bad = NULL */
 	add_range(&sq, 0, 6);
@@ -562,7 +583,7 @@ static void test_abandon(void **state)
 	unsigned i;
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 64, 8, on_done, NULL, NULL);
+	evr__sq_init(&sq, FAKE_QP, 64, 8, on_done, NULL, chain_of(64));
 	add_range(&sq, 0, 20);
 	assert_int_equal(evr__sq_commit(&sq), 0);
 	evr__sq_complete(&sq, &ops[7], 0);
@@ -591,7 +612,7 @@ static void test_room_accounting(void **state)
 	unsigned seed = 7, next = 0, completed = 0, i;
 
 	(void)state;
-	evr__sq_init(&sq, FAKE_QP, 100, 16, on_done, NULL, NULL);
+	evr__sq_init(&sq, FAKE_QP, 100, 16, on_done, NULL, chain_of(100));
 	while (next < MAX_OPS) {
 		unsigned n;
 
