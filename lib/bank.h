@@ -63,11 +63,13 @@ struct evr__bank_conn {
 	uint32_t lent;	 /* credits its peer may still use (incl. owed) */
 	uint32_t busy;	 /* buffers its messages hold, not re-posted */
 	uint32_t window; /* target footprint (lent + busy) */
+	uint32_t floor;	 /* the window never shrinks below this */
 };
 
 static inline uint32_t evr__bank_spare(const struct evr__bank *b)
 {
-	return b->posted - b->lent;
+	/* lent above posted only after a failed post (srq.c): no spare */
+	return b->posted > b->lent ? b->posted - b->lent : 0;
 }
 
 /* Cannot lend more and cannot grow: windows above a fair share give back. */
@@ -137,6 +139,7 @@ static inline int evr__bank_admit(struct evr__bank *b,
 		return -ENOBUFS;
 	}
 	bc->lent = bc->window = b->cfg.win_init;
+	bc->floor = b->cfg.win_min;
 	bc->busy = 0;
 	b->lent += bc->lent;
 	b->nconns++;
@@ -161,7 +164,7 @@ static inline int evr__bank_consume(struct evr__bank *b,
 	if (want) {
 		if (bc->window < b->cfg.win_max && !evr__bank_short(b))
 			bc->window++;
-	} else if (bc->window > b->cfg.win_min) {
+	} else if (bc->window > bc->floor) {
 		bc->window--;
 	}
 	return 0;
@@ -181,7 +184,7 @@ static inline uint32_t evr__bank_repost(struct evr__bank *b,
 
 	b->posted++;
 	bc->busy--;
-	if (evr__bank_short(b) && bc->window > b->cfg.win_min &&
+	if (evr__bank_short(b) && bc->window > bc->floor &&
 	    bc->window > b->total / b->nconns)
 		bc->window--;
 	f = bc->lent + bc->busy;
@@ -210,6 +213,16 @@ static inline uint32_t evr__bank_repost(struct evr__bank *b,
 		evr__credit_got_update(cr);
 	evr__credit_set_window(cr, bc->window);
 	return n;
+}
+
+/*
+ * bc's peer cannot be told of a window that moves (it lends us all of its
+ * receives at once, or predates windows): it was announced win_init as our
+ * depth and keeps exactly that, neither grown (it never asks) nor shrunk.
+ */
+static inline void evr__bank_fix_window(struct evr__bank_conn *bc)
+{
+	bc->floor = bc->window;
 }
 
 /* A buffer consumed by a connection since detached is posted again. */

@@ -240,15 +240,10 @@ static void post_srq_recvs(evr_conn *c)
 		for (n = 0; n < 64 && (b = evr__buf_pop(&c->repost)); n++) {
 			update[n] = b->update;
 			evr__srq_buf_prep(ctx, b);
-			sges[n].addr = (uintptr_t)b->data;
-			sges[n].length = b->size;
-			sges[n].lkey = b->lkey;
-			wrs[n].wr_id = (uintptr_t)&b->h;
-			wrs[n].sg_list = &sges[n];
-			wrs[n].num_sge = 1;
-			wrs[n].next = &wrs[n + 1];
+			evr__recv_wr(&wrs[n], &sges[n], b);
+			if (n)
+				wrs[n - 1].next = &wrs[n];
 		}
-		wrs[n - 1].next = NULL;
 		rc = evr__srq_post(ctx, wrs, &bad);
 		for (i = 0; i < n; i++) {
 			if (rc && &wrs[i] == bad)
@@ -318,15 +313,9 @@ static void post_qp_recvs(evr_conn *c, bool announce)
 		for (n = 0; n < 64 && (b = evr__buf_pop(&c->repost)); n++) {
 			b->h.conn = c;
 			b->h.done = c->ctx->hooks.recv_done;
-			sges[n].addr = (uintptr_t)b->data;
-			sges[n].length = b->size;
-			sges[n].lkey = b->lkey;
-			wrs[n].wr_id = (uintptr_t)&b->h;
-			wrs[n].sg_list = &sges[n];
-			wrs[n].num_sge = 1;
-			wrs[n].next = !evr__list_empty(&c->repost) && n + 1 < 64
-					      ? &wrs[n + 1]
-					      : NULL;
+			evr__recv_wr(&wrs[n], &sges[n], b);
+			if (n)
+				wrs[n - 1].next = &wrs[n];
 		}
 		rc = evr__post_recv(c->qp, wrs, &bad);
 		if (rc) {
@@ -353,6 +342,8 @@ static void post_qp_recvs(evr_conn *c, bool announce)
 	}
 	c->nrepost = 0;
 }
+
+static bool reap_number(evr_ctx *ctx, uint32_t qp_num);
 
 /* CQEs a conn's QP may need: its SQ, and its receives -- its own queue,
  * or what the bank lends its peer at most, plus one receive of the shared
@@ -388,6 +379,8 @@ static int srq_admit(evr_conn *c)
 	if (evr__bank_spare(bk) < bk->cfg.win_init)
 		evr__srq_refill(ctx);
 	if (evr__bank_admit(bk, &c->bank) == 0) {
+		if (!c->lend_init)
+			evr__bank_fix_window(&c->bank);
 		evr__credit_set_window(&c->cr, c->bank.window);
 		return 0;
 	}
@@ -447,6 +440,8 @@ int evr__conn_setup_qp(evr_conn *c)
 	if (c->srq) {
 		/* its receives' completions name it by QP number only */
 		err = evr__qpmap_put(&ctx->qpmap, c->qp->qp_num, c);
+		if (err == -EEXIST && reap_number(ctx, c->qp->qp_num))
+			err = evr__qpmap_put(&ctx->qpmap, c->qp->qp_num, c);
 		if (err)
 			return err; /* teardown destroys the QP */
 		c->qp_num = c->qp->qp_num;
@@ -643,6 +638,11 @@ static void conn_release(evr_conn *c)
 	struct evr__buf *b;
 	bool limbo = false;
 
+	/* Some providers (mlx4, mlx5) take a QP's completions out of its
+	 * CQ when it is destroyed, SRQ receives included: take them first.
+	 * Its QP has been in the error state since the flush began. */
+	if (c->qp && c->srq && c->cq && !ctx->destroying)
+		evr__cq_poll_empty(ctx, c->cq);
 	evr__conn_to(c, EVR_CS_CLOSED);
 	evr__ctx_timer_stop(ctx, &c->timer);
 	evr__ctx_timer_stop(ctx, &c->ka);
@@ -676,6 +676,22 @@ static void conn_release(evr_conn *c)
 		return;
 	}
 	conn_free(c);
+}
+
+/* A new QP got the number of one whose conn is still in limbo: the old
+ * QP is gone, so its CQ, polled empty now, holds nothing more of it.
+ * True when the number is free again. */
+static bool reap_number(evr_ctx *ctx, uint32_t qp_num)
+{
+	evr_conn *old = evr__qpmap_get(&ctx->qpmap, qp_num);
+
+	if (!old || old->state != EVR_CS_CLOSED)
+		return false;
+	if (!old->cq->broken)
+		evr__cq_poll_empty(ctx, old->cq);
+	evr__list_del(&old->link);
+	conn_free(old);
+	return true;
 }
 
 void evr__conn_reap(evr_ctx *ctx)

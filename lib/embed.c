@@ -96,8 +96,8 @@ int evr_ctx_timeout_ms(evr_ctx *ctx)
 	if (!ctx || !ctx->own_loop)
 		return -1;
 	if (ctx->polling || ctx->need_arm || evr__runq_busy(ctx) ||
-	    ctx->cm_more)
-		return 0;
+	    ctx->cm_more || !evr__list_empty(&ctx->limbo))
+		return 0; /* limbo: released conns to reap (conn.c) */
 	t = evr__timers_first(&ctx->timers);
 	if (!t)
 		return -1;

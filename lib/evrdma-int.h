@@ -240,6 +240,19 @@ struct evr__buf {
 #define evr__buf_pop(q) evr__list_pop_entry((q), struct evr__buf, h.link)
 #define evr__buf_of(w) evr__container_of((w), struct evr__buf, h)
 
+/* wr receives into all of pool buffer b (one SGE, sge); next NULL. */
+static inline void evr__recv_wr(struct ibv_recv_wr *wr, struct ibv_sge *sge,
+				struct evr__buf *b)
+{
+	sge->addr = (uintptr_t)b->data;
+	sge->length = b->size;
+	sge->lkey = b->lkey;
+	wr->wr_id = (uintptr_t)&b->h;
+	wr->sg_list = sge;
+	wr->num_sge = 1;
+	wr->next = NULL;
+}
+
 /* The op sends len bytes of pool buffer b (inline when they fit). */
 static inline void evr__op_set_send(struct evr__op *op, struct evr__buf *b,
 				    uint32_t len, unsigned max_inline)

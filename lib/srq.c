@@ -133,17 +133,12 @@ int evr__srq_refill(evr_ctx *ctx)
 				break;
 			}
 			evr__srq_buf_prep(ctx, b);
-			sges[n].addr = (uintptr_t)b->data;
-			sges[n].length = b->size;
-			sges[n].lkey = b->lkey;
-			wrs[n].wr_id = (uintptr_t)&b->h;
-			wrs[n].sg_list = &sges[n];
-			wrs[n].num_sge = 1;
-			wrs[n].next = &wrs[n + 1];
+			evr__recv_wr(&wrs[n], &sges[n], b);
+			if (n)
+				wrs[n - 1].next = &wrs[n];
 		}
 		if (n == 0)
 			break;
-		wrs[n - 1].next = NULL;
 		err = evr__srq_post(ctx, wrs, &bad);
 		for (i = 0; i < n; i++) {
 			if (err && &wrs[i] == bad)
@@ -169,13 +164,7 @@ void evr__srq_put_back(evr_ctx *ctx, struct evr__buf *b)
 	int err;
 
 	evr__srq_buf_prep(ctx, b);
-	sge.addr = (uintptr_t)b->data;
-	sge.length = b->size;
-	sge.lkey = b->lkey;
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = (uintptr_t)&b->h;
-	wr.sg_list = &sge;
-	wr.num_sge = 1;
+	evr__recv_wr(&wr, &sge, b);
 	err = evr__srq_post(ctx, &wr, &bad);
 	if (err) {
 		/* the bank counted it as posted: it owns one fewer now */

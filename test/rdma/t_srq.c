@@ -203,8 +203,17 @@ static void test_mixed_peers(void **state)
 		assert_int_equal(s->bad, 0);
 		assert_int_equal(s->sent_ok, NMSG);
 		assert_false(s->lent_over);
-		/* the fixed window never grows past what was announced */
+		/* a fixed window (a peer that cannot be told of a moving one)
+		 * stays what was announced: neither grown nor shrunk */
 		assert_true(s->max_window <= rows[r].srv_window);
+		for (i = 0; i < 20; i++) { /* no EVR_F_WANT: would shrink */
+			s->got = 0;
+			s->sent_ok = s->sent_err = 0;
+			send_one(s, 0);
+			assert_int_equal(rt_run_until(loop, got_one, s, 20), 0);
+		}
+		assert_int_equal(evr_conn_info(s->p.srv.conn, &si), 0);
+		assert_int_equal(si.recv_window, rows[r].srv_window);
 		rt_pair_close(&s->p);
 		rt_pair_fini(&s->p);
 		ev_loop_destroy(loop);
