@@ -177,6 +177,11 @@ bool mock_qp_destroyed(const struct ibv_qp *qp)
 	return ((const struct mock_qp *)qp)->destroyed;
 }
 
+struct ibv_srq *mock_qp_srq(const struct ibv_qp *qp)
+{
+	return qp->srq;
+}
+
 /* ---- librdmacm ---- */
 
 struct rdma_event_channel *rdma_create_event_channel(void)
@@ -400,6 +405,7 @@ int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd,
 	q->qp.pd = pd;
 	q->qp.send_cq = a->send_cq;
 	q->qp.recv_cq = a->recv_cq;
+	q->qp.srq = a->srq;
 	q->qp.qp_num = next_qpn++;
 	q->qp.qp_type = a->qp_type;
 	q->qp.state = IBV_QPS_RESET;
@@ -475,6 +481,9 @@ int ibv_query_device(struct ibv_context *context,
 	attr->max_qp_init_rd_atom = 16;
 	attr->max_sge = 4;
 	attr->atomic_cap = IBV_ATOMIC_HCA;
+	attr->max_srq = mock_cm.max_srq;
+	attr->max_srq_wr = mock_cm.max_srq_wr;
+	attr->max_srq_sge = mock_cm.max_srq ? 1 : 0;
 	return 0;
 }
 
@@ -560,6 +569,37 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 		if (attr->qp_state == IBV_QPS_ERR)
 			mock_cm.modify_qp_err++;
 	}
+	return 0;
+}
+
+struct ibv_srq *ibv_create_srq(struct ibv_pd *pd,
+			       struct ibv_srq_init_attr *attr)
+{
+	struct ibv_srq *srq;
+
+	mock_cm.create_srq++;
+	/* the library asks only a device that said it has them */
+	assert(mock_cm.max_srq > 0);
+	if (mock_cm.fail_create_srq) {
+		errno = mock_cm.fail_create_srq;
+		return NULL;
+	}
+	assert(attr->attr.max_wr <= (uint32_t)mock_cm.max_srq_wr);
+	srq = zalloc(sizeof(*srq));
+	srq->context = pd->context;
+	srq->pd = pd;
+	srq->srq_context = attr->srq_context;
+	mock_cm.srq = srq;
+	mock_cm.srq_max_wr = attr->attr.max_wr;
+	return srq;
+}
+
+int ibv_destroy_srq(struct ibv_srq *srq)
+{
+	assert(srq == mock_cm.srq);
+	mock_cm.destroy_srq++;
+	mock_cm.srq = NULL;
+	free(srq);
 	return 0;
 }
 

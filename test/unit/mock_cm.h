@@ -49,11 +49,19 @@ struct mock_cm {
 	unsigned create_id, destroy_id, create_qp, destroy_qp, modify_qp_err;
 	unsigned reg_mr, dereg_mr, create_cq, destroy_cq, resize_cq;
 	unsigned events_given, events_acked;
+	unsigned create_srq, destroy_srq;
 	/* scripted failures: an errno, 0 to succeed */
 	int fail_create_id, fail_resolve_addr, fail_resolve_route;
 	int fail_connect, fail_accept, fail_reject, fail_create_qp;
 	int fail_bind, fail_listen;
 	int fail_reg_mr; /* ibv_reg_mr and _iova2: NULL with this errno */
+	int fail_create_srq; /* ibv_create_srq: NULL with this errno */
+	/* the device's shared receive queues (ibv_query_device): 0, the
+	 * default, for none, so that a ctx gives each conn its own queue */
+	int max_srq, max_srq_wr;
+	/* the last SRQ made (NULL if none), and its ibv_create_srq max_wr */
+	struct ibv_srq *srq;
+	uint32_t srq_max_wr;
 	/* the port's largest message (rendezvous chunk size); 0: 1 GiB */
 	uint32_t port_max_msg_sz;
 	/* every id made, newest first */
@@ -87,5 +95,7 @@ struct ibv_mr *mock_mr_find(const void *addr, size_t len);
 enum ibv_qp_state mock_qp_state(const struct ibv_qp *qp);
 /* The QP was destroyed. */
 bool mock_qp_destroyed(const struct ibv_qp *qp);
+/* The SRQ a QP was made with (ibv_qp_init_attr.srq), NULL if none. */
+struct ibv_srq *mock_qp_srq(const struct ibv_qp *qp);
 
 #endif

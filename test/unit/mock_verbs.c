@@ -26,6 +26,7 @@ void mock_reset(void)
 		free(mock_wrs.send[i].data);
 	free(mock_wrs.send);
 	free(mock_wrs.recv);
+	free(mock_wrs.srecv);
 	memset(&mock_wrs, 0, sizeof(mock_wrs));
 }
 
@@ -84,13 +85,10 @@ static void log_send(struct ibv_qp *qp, const struct ibv_send_wr *w)
 	}
 }
 
-static void log_recv(struct ibv_qp *qp, const struct ibv_recv_wr *w)
+static void log_recv_to(struct mock_wr *r, const struct ibv_recv_wr *w)
 {
-	struct mock_wr *r = log_slot(&mock_wrs.recv, &mock_wrs.nrecv,
-				     &mock_wrs.cap_recv);
 	int i;
 
-	r->qp = qp;
 	r->wr_id = w->wr_id;
 	r->opcode = -1;
 	if (w->num_sge > 0) {
@@ -99,6 +97,24 @@ static void log_recv(struct ibv_qp *qp, const struct ibv_recv_wr *w)
 	}
 	for (i = 0; i < w->num_sge; i++)
 		r->len += w->sg_list[i].length;
+}
+
+static void log_recv(struct ibv_qp *qp, const struct ibv_recv_wr *w)
+{
+	struct mock_wr *r = log_slot(&mock_wrs.recv, &mock_wrs.nrecv,
+				     &mock_wrs.cap_recv);
+
+	log_recv_to(r, w);
+	r->qp = qp;
+}
+
+static void log_srq_recv(struct ibv_srq *srq, const struct ibv_recv_wr *w)
+{
+	struct mock_wr *r = log_slot(&mock_wrs.srecv, &mock_wrs.nsrecv,
+				     &mock_wrs.cap_srecv);
+
+	log_recv_to(r, w);
+	r->srq = srq;
 }
 
 void mock_wc_push(const struct ibv_wc *wc)
@@ -170,13 +186,21 @@ int evr__post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
 	return 0;
 }
 
-/* No unit test gives the mock device an SRQ (max_srq 0): never called. */
 int evr__post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
 		       struct ibv_recv_wr **bad)
 {
-	(void)srq;
-	*bad = wr;
-	return -EOPNOTSUPP;
+	struct ibv_recv_wr *w;
+
+	mock.post_srq_calls++;
+	for (w = wr; w; w = w->next)
+		mock.post_srq_wrs++;
+	if (mock.post_srq_rc) {
+		*bad = wr;
+		return mock.post_srq_rc;
+	}
+	for (w = wr; w; w = w->next)
+		log_srq_recv(srq, w);
+	return 0;
 }
 
 int evr__poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)

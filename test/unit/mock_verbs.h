@@ -11,7 +11,8 @@
  *                call after the first post_send_ok_calls) with *bad
  *                pointing at a chosen WR.
  *   post_recv    counts calls and WRs; fails on demand.
- *   Both keep a log of every WR they accepted (mock_wr_log): its QP,
+ *   post_srq_recv  the same, for the shared receive queue.
+ *   All three keep a log of every WR they accepted (mock_wr_log): its QP,
  *   wr_id, opcode, flags, remote address and key, local address and key,
  *   length and, for sends and writes, a copy of the bytes its SGEs held at
  *   post time -- what the peer would receive.  A test reads the log to see
@@ -60,6 +61,11 @@ struct mock_verbs {
 	unsigned post_recv_wrs;
 	int post_recv_rc;
 
+	/* evr__post_srq_recv */
+	unsigned post_srq_calls;
+	unsigned post_srq_wrs;
+	int post_srq_rc; /* scripted: nonzero fails every call, *bad = wr */
+
 	/* evr__poll_cq */
 	unsigned poll_calls;
 	int poll_n[MOCK_MAX_CALLS]; /* the n of each call */
@@ -92,9 +98,11 @@ struct mock_verbs {
 
 extern struct mock_verbs mock;
 
-/* One WR accepted by evr__post_send or evr__post_recv. */
+/* One WR accepted by evr__post_send, evr__post_recv or
+ * evr__post_srq_recv. */
 struct mock_wr {
-	struct ibv_qp *qp;
+	struct ibv_qp *qp; /* NULL for a receive of the SRQ */
+	struct ibv_srq *srq; /* the SRQ's receives: their SRQ */
 	uint64_t wr_id;
 	int opcode;	/* enum ibv_wr_opcode; -1 for a receive */
 	unsigned flags; /* send_flags */
@@ -113,7 +121,12 @@ struct mock_wr_log {
 	unsigned nsend;
 	struct mock_wr *recv;
 	unsigned nrecv;
-	unsigned cap_send, cap_recv;
+	/* the shared receive queue's, in posting order; the receives before
+	 * srq_next are filled (a peer takes the next one, whichever conn it
+	 * plays, as a device takes the SRQ's next WR for any QP) */
+	struct mock_wr *srecv;
+	unsigned nsrecv, srq_next;
+	unsigned cap_send, cap_recv, cap_srecv;
 };
 
 extern struct mock_wr_log mock_wrs;

@@ -216,6 +216,7 @@ size_t peer_hs(const struct peer *p, uint8_t kind, uint8_t *buf)
 	memset(&hs, 0, sizeof(hs));
 	hs.kind = kind;
 	hs.recv_depth = p->depth;
+	hs.init_window = p->init_window;
 	hs.max_eager = p->max_eager;
 	hs.max_msg = p->max_msg;
 	return evr__hs_encode(buf, &hs);
@@ -448,6 +449,9 @@ unsigned peer_recvs_posted(const struct peer *p)
 {
 	unsigned i, n = 0;
 
+	if (p->ctx->srq)
+		return mock_wrs.nsrecv - mock_wrs.srq_next;
+
 	for (i = p->recv_next; i < mock_wrs.nrecv; i++)
 		n += mock_wrs.recv[i].qp == p->qp;
 	return n;
@@ -457,6 +461,14 @@ unsigned peer_recvs_posted(const struct peer *p)
 
 static const struct mock_wr *take_recv(struct peer *p)
 {
+	if (p->ctx->srq) {
+		/* the completion names the QP (push_wc): how the library
+		 * tells whose message landed in a shared buffer */
+		if (mock_wrs.srq_next < mock_wrs.nsrecv)
+			return &mock_wrs.srecv[mock_wrs.srq_next++];
+		fail_msg("the peer sends, but the SRQ has no receive posted");
+		return NULL;
+	}
 	for (; p->recv_next < mock_wrs.nrecv; p->recv_next++) {
 		if (mock_wrs.recv[p->recv_next].qp == p->qp)
 			return &mock_wrs.recv[p->recv_next++];

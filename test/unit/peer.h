@@ -8,7 +8,9 @@
  * lib/proto.c) and answers with completions: it fills our posted receives
  * with its frames, completes our sends (carrying out our RDMA READs from
  * its memory, which is the test's), or flushes everything as a QP in the
- * error state does.  Nothing happens until the test pumps the ctx
+ * error state does.  On a ctx with a shared receive queue the peer fills
+ * the SRQ's next posted receive instead (mock_wrs.srecv), and its
+ * completion names our conn's QP, as a device's does.  Nothing happens until the test pumps the ctx
  * (peer_pump: evr_ctx_process, which polls the CQ in POLL mode and takes
  * the scripted rdma_cm events).
  *
@@ -47,6 +49,7 @@ struct peer {
 	struct ibv_qp *qp;
 	/* the peer's handshake: our credits, and its limits */
 	uint16_t depth;
+	uint16_t init_window; /* 0: all of depth at once (no SRQ of its own) */
 	uint32_t max_eager;
 	uint64_t max_msg;
 	int keepalive_ms; /* evr_conn_opts.keepalive_ms of our conn */
@@ -132,7 +135,8 @@ void peer_flush_closed(struct peer *p, int status);
 void peer_fail_send(struct peer *p, enum ibv_wc_status status);
 
 /* The peer sends: bytes into our next posted receive (asserts one is
- * there), as a completion with byte_len len. */
+ * there; the SRQ's if the ctx has one), as a completion with byte_len
+ * len. */
 void peer_raw(struct peer *p, const void *bytes, size_t len);
 /* A frame: header (type, credits, len = blen) and body. */
 void peer_frame(struct peer *p, uint8_t type, uint16_t credits,
@@ -145,7 +149,8 @@ void peer_rndv_req(struct peer *p, const void *addr, uint64_t len,
 		   uint32_t rkey, uint32_t id, uint16_t credits);
 void peer_fin(struct peer *p, uint32_t id, int32_t status, uint16_t credits);
 void peer_write_imm(struct peer *p, uint32_t imm);
-/* Receives of ours posted and not yet filled. */
+/* Receives of ours posted and not yet filled (with a shared receive
+ * queue: the SRQ's, for every conn). */
 unsigned peer_recvs_posted(const struct peer *p);
 
 /* The arg for an evr_op_cb that records op i in p (peer_op_cb). */
