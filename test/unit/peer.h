@@ -10,9 +10,9 @@
  * its memory, which is the test's), or flushes everything as a QP in the
  * error state does.  On a ctx with a shared receive queue the peer fills
  * the SRQ's next posted receive instead (mock_wrs.srecv), and its
- * completion names our conn's QP, as a device's does.  Nothing happens until the test pumps the ctx
- * (peer_pump: evr_ctx_process, which polls the CQ in POLL mode and takes
- * the scripted rdma_cm events).
+ * completion names our conn's QP, as a device's does.  Nothing happens
+ * until the test pumps the ctx (peer_pump: evr_ctx_process, which polls
+ * the CQ in POLL mode and takes the scripted rdma_cm events).
  *
  * The conn's callbacks are recorded in the peer: how many times each
  * fired, with which status, in which state the conn was, and a copy of

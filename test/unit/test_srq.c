@@ -10,9 +10,12 @@
  * gives the peer its credit back, exactly, with credits lent never above
  * buffers posted; a window that grows on EVR_F_WANT; a message beyond
  * the credits lent fails that conn alone (-EPROTO) and its buffer goes
- * back; a held message outlives its conn and goes back to the queue as
- * an orphan; after close and teardown everything lent is back; and
- * EVR_SRQ_ON on a device without SRQs fails the first connection.
+ * back, as does one that lands after; a pool at its limit refuses the
+ * next conn (-ENOBUFS); a re-post the SRQ refuses fails its conn and the
+ * books still balance; a held message outlives its conn and goes back to
+ * the queue as an orphan; after close and teardown everything lent is
+ * back; and EVR_SRQ_ON on a device without SRQs fails the first
+ * connection.
  */
 #include "config.h"
 
@@ -346,11 +349,13 @@ static void test_beyond_credits(void **state)
 	peer_accept(&p); /* fixed window of 8 */
 	peer_init(&q, ctx);
 	peer_connect(&q);
-	/* nine messages on eight credits, before we re-post any */
-	for (i = 0; i < WIN + 1; i++)
+	/* nine messages on eight credits, before we re-post any, and one
+	 * more that lands on the failed conn */
+	for (i = 0; i < WIN + 2; i++)
 		peer_eager(&p, "x", 1, 0);
 	peer_pump(ctx);
 	assert_int_equal(p.nmsgs, WIN);
+	check_bank(ctx);
 	peer_flush_closed(&p, -EPROTO);
 	pump_reaped(ctx);
 	st = stats(ctx);
@@ -366,6 +371,76 @@ static void test_beyond_credits(void **state)
 	assert_memory_equal(q.msgs[0].data, "still here", 10);
 	check_bank(ctx);
 	peer_fini(&q);
+	peer_stop(&p);
+}
+
+/* A pool at its limit with everything lent: the next conn is refused
+ * (-ENOBUFS) before its QP is made, and the first goes on. */
+static void test_pool_full_refused(void **state)
+{
+	struct evr_ctx_opts o;
+	struct peer p, q;
+	struct evr_conn_opts co;
+	evr_conn *c = NULL;
+	evr_ctx *ctx;
+	struct evr_stats st;
+	unsigned qps;
+
+	(void)state;
+	mocks_srq();
+	srq_opts(&o);
+	o.srq_buffers = WIN; /* one initial window */
+	ctx = peer_start(&p, &o);
+	peer_connect(&p);
+	st = stats(ctx);
+	assert_int_equal(st.srq_buffers, WIN);
+	assert_int_equal(st.srq_lent, WIN);
+	qps = mock_cm.create_qp;
+	peer_init(&q, ctx);
+	peer_conn_opts(&q, &co);
+	assert_int_equal(evr_connect(ctx, "192.0.2.2", 7471, &co, &c), 0);
+	q.id = mock_cm_last_id();
+	mock_cm_event(q.id, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
+	peer_pump(ctx);
+	assert_int_equal(q.connects, 1);
+	assert_int_equal(q.connect_status, -ENOBUFS);
+	assert_int_equal(mock_cm.create_qp, qps);
+	st = stats(ctx);
+	assert_int_equal(st.srq_refused, 1);
+	assert_int_equal(st.srq_lent, WIN);
+	check_bank(ctx);
+	peer_eager(&p, "ok", 2, 0);
+	peer_pump(ctx);
+	assert_int_equal(p.nmsgs, 1);
+	peer_fini(&q);
+	peer_stop(&p);
+}
+
+/* The SRQ refuses a re-post: the buffer is lost to the pool (the bank
+ * owns one fewer), its conn fails with the error, and the books still
+ * balance once it is gone. */
+static void test_repost_fails(void **state)
+{
+	struct peer p;
+	evr_ctx *ctx = srq_start(&p);
+	struct evr_stats st;
+	uint32_t buffers;
+
+	(void)state;
+	peer_accept(&p);
+	buffers = stats(ctx).srq_buffers;
+	mock.post_srq_rc = -ENOMEM;
+	peer_eager(&p, "lost", 4, 0);
+	peer_pump(ctx);
+	mock.post_srq_rc = 0;
+	assert_int_equal(p.nmsgs, 1);
+	peer_flush_closed(&p, -ENOMEM);
+	pump_reaped(ctx);
+	st = stats(ctx);
+	assert_int_equal(st.srq_lent, 0);
+	assert_int_equal(st.srq_posted, st.srq_buffers);
+	assert_true(st.srq_buffers >= buffers - 1);
+	check_bank(ctx);
 	peer_stop(&p);
 }
 
@@ -509,6 +584,8 @@ int main(void)
 		cmocka_unit_test(test_recv_credits_back),
 		cmocka_unit_test(test_window_grows_on_want),
 		cmocka_unit_test(test_beyond_credits),
+		cmocka_unit_test(test_pool_full_refused),
+		cmocka_unit_test(test_repost_fails),
 		cmocka_unit_test(test_hold_orphan),
 		cmocka_unit_test(test_close_all_back),
 		cmocka_unit_test(test_on_without_srq),
