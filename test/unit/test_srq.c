@@ -12,10 +12,11 @@
  * the credits lent fails that conn alone (-EPROTO) and its buffer goes
  * back, as does one that lands after; a pool at its limit refuses the
  * next conn (-ENOBUFS); a re-post the SRQ refuses fails its conn and the
- * books still balance; a held message outlives its conn and goes back to
- * the queue as an orphan; after close and teardown everything lent is
- * back; and EVR_SRQ_ON on a device without SRQs fails the first
- * connection.
+ * books still balance; a message before our ESTABLISHED event waits for
+ * it, or goes back if the connect fails; a held message outlives its
+ * conn and goes back to the queue as an orphan; after close and teardown
+ * everything lent is back; and EVR_SRQ_ON on a device without SRQs fails
+ * the first connection.
  */
 #include "config.h"
 
@@ -444,6 +445,74 @@ static void test_repost_fails(void **state)
 	peer_stop(&p);
 }
 
+/* Ours connects up to CONNECTING: the QP is made, the ESTABLISHED event
+ * not taken yet. */
+static void connect_until_established(struct peer *p)
+{
+	struct evr_conn_opts co;
+
+	peer_conn_opts(p, &co);
+	assert_int_equal(evr_connect(p->ctx, "192.0.2.1", 7471, &co,
+				     &p->conn),
+			 0);
+	p->id = mock_cm_last_id();
+	mock_cm_event(p->id, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
+	peer_pump(p->ctx);
+	p->qp = p->id->qp;
+	assert_non_null(p->qp);
+	mock_cm_event(p->id, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
+	peer_pump(p->ctx);
+	assert_int_equal(p->conn->state, EVR_CS_CONNECTING);
+}
+
+/* A message that lands before our ESTABLISHED event waits for it, and is
+ * counted against the conn then. */
+static void test_early_message(void **state)
+{
+	struct peer p;
+	evr_ctx *ctx = srq_start(&p);
+	uint8_t hs[EVR_HS_MAX];
+	size_t n;
+
+	(void)state;
+	connect_until_established(&p);
+	peer_eager(&p, "early", 5, 0);
+	peer_pump(ctx);
+	assert_int_equal(p.nmsgs, 0);
+	p.init_window = 8;
+	n = peer_hs(&p, EVR_HS_REP, hs);
+	mock_cm_event(p.id, RDMA_CM_EVENT_ESTABLISHED, 0, hs, n);
+	peer_pump(ctx);
+	assert_int_equal(p.connects, 1);
+	assert_int_equal(p.connect_status, 0);
+	assert_int_equal(p.nmsgs, 1);
+	assert_memory_equal(p.msgs[0].data, "early", 5);
+	check_bank(ctx);
+	assert_int_equal(p.conn->bank.busy, 0);
+	peer_stop(&p);
+}
+
+/* A message that lands before a connect that then fails goes back to the
+ * queue unconsumed; the conn's window too. */
+static void test_early_message_rejected(void **state)
+{
+	struct peer p;
+	evr_ctx *ctx = srq_start(&p);
+
+	(void)state;
+	connect_until_established(&p);
+	peer_eager(&p, "early", 5, 0);
+	peer_pump(ctx);
+	mock_cm_event(p.id, RDMA_CM_EVENT_REJECTED, 28, NULL, 0);
+	peer_pump(ctx);
+	assert_int_equal(p.connects, 1);
+	assert_true(p.connect_status < 0);
+	assert_int_equal(p.nmsgs, 0);
+	pump_reaped(ctx);
+	check_all_back(ctx);
+	peer_stop(&p);
+}
+
 /* ---- holding, closing, teardown ---- */
 
 static evr_msg *held;
@@ -586,6 +655,8 @@ int main(void)
 		cmocka_unit_test(test_beyond_credits),
 		cmocka_unit_test(test_pool_full_refused),
 		cmocka_unit_test(test_repost_fails),
+		cmocka_unit_test(test_early_message),
+		cmocka_unit_test(test_early_message_rejected),
 		cmocka_unit_test(test_hold_orphan),
 		cmocka_unit_test(test_close_all_back),
 		cmocka_unit_test(test_on_without_srq),
