@@ -130,7 +130,11 @@ struct evr_ctx_opts {
 	enum evr_mode mode;	 /**< default EVR_MODE_ADAPTIVE */
 	unsigned sq_depth;	 /**< send WRs per connection, default 256 */
 	unsigned recv_depth;	 /**< receive buffers per connection, default 64 */
-	size_t eager_size;	 /**< largest eager payload, default 8192 */
+	/** Largest eager payload (64 B .. 1 MiB).  0, the default: 8192,
+	 *  or less under a small locked-memory limit so that the shared
+	 *  receive pool still holds some 2048 buffers (2048 under the usual
+	 *  8 MiB limit, 1024 at least; see README "Locked memory"). */
+	size_t eager_size;
 	size_t max_msg_size;	 /**< largest message accepted, default 64 MiB */
 	unsigned signal_interval; /**< signal 1 send WR in N, default 16 */
 	/** Bound on the silent steps of a connect, default 5000: past it

@@ -75,9 +75,9 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	opts = &o;
 	if (opts->mode > EVR_MODE_ADAPTIVE || opts->sq_depth < 4 ||
 	    opts->recv_depth < EVR_HS_MIN_DEPTH || opts->recv_depth > 0xffff ||
-	    opts->eager_size < EVR_HS_MIN_EAGER ||
-	    opts->eager_size > EVR_HS_MAX_EAGER ||
-	    opts->max_msg_size < opts->eager_size ||
+	    (opts->eager_size && (opts->eager_size < EVR_HS_MIN_EAGER ||
+				  opts->eager_size > EVR_HS_MAX_EAGER)) ||
+	    opts->max_msg_size < EVR__MAX(opts->eager_size, EVR_HS_MIN_EAGER) ||
 	    opts->max_msg_size > (1ull << 40) || opts->retry_count > 6 ||
 	    opts->ack_timeout > 31 || opts->srq > EVR_SRQ_OFF)
 		return -EINVAL;
@@ -97,7 +97,14 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 		ctx->o.send_queue_lowat = ctx->o.send_queue_limit / 2;
 	ctx->o.device = NULL; /* not kept: the caller owns the strings */
 	ctx->o.local_addr = NULL;
-	ctx->max_eager = (uint32_t)opts->eager_size;
+	ctx->memlock = evr__memlock_limit();
+	/* 0: planned within the locked-memory budget (memlock.c) */
+	ctx->max_eager = opts->eager_size
+				 ? (uint32_t)opts->eager_size
+				 : evr__eager_for_limit(ctx->memlock);
+	if (!opts->eager_size &&
+	    ctx->max_eager > ctx->o.max_msg_size)
+		ctx->max_eager = (uint32_t)ctx->o.max_msg_size;
 	/* the environment, once: nothing reads it after this call */
 	evr__env_read(&env);
 	evr__tune_resolve(&ctx->tune, opts, &env);

@@ -148,6 +148,10 @@ int evr__dev_bind(evr_ctx *ctx, struct ibv_context *verbs)
 			     EVR_HDR_SIZE + ctx->max_eager, 0);
 	if (err)
 		return err;
+	/* cached rendezvous buffers stay registered: a quarter of a limit */
+	if (ctx->memlock != UINT64_MAX)
+		ctx->pool.rfree_max = (size_t)EVR__MIN(
+			(uint64_t)ctx->pool.rfree_max, ctx->memlock / 4);
 	ctx->ch = ibv_create_comp_channel(ctx->verbs);
 	if (!ctx->ch)
 		return errno ? -errno : -ENOMEM;

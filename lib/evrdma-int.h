@@ -274,7 +274,7 @@ static inline void evr__op_set_send(struct evr__op *op, struct evr__buf *b,
 #define EVR_RBUF_CACHE_BYTES ((size_t)32 << 20)
 struct evr__rbuf {
 	struct evr__list link; /* on its class's free list when cached */
-	struct ibv_mr *mr;
+	struct ibv_mr *mr; /* NULL: not registered (evr__rbuf_plain) */
 	uint8_t *mem;
 	size_t cap;
 	int cls; /* size class, -1: not cached */
@@ -295,6 +295,12 @@ void evr__dereg_mr(struct evr__regacct *a, struct ibv_mr *mr);
 /* RLIMIT_MEMLOCK in bytes; UINT64_MAX when registration is not limited
  * (unlimited, or CAP_IPC_LOCK). */
 uint64_t evr__memlock_limit(void);
+/* The eager size a ctx takes when evr_ctx_opts.eager_size is 0: the
+ * default, halved while the shared receive pool (half the limit) would
+ * hold fewer than 2048 buffers of it, down to EVR_EAGER_MIN_AUTO. */
+#define EVR_EAGER_DEFAULT 8192u
+#define EVR_EAGER_MIN_AUTO 1024u
+uint32_t evr__eager_for_limit(uint64_t limit);
 
 struct evr__pool {
 	struct ibv_pd *pd;
@@ -306,6 +312,7 @@ struct evr__pool {
 	unsigned total, nfree;
 	struct evr__list rfree[EVR_RBUF_CLASSES]; /* of evr__rbuf */
 	size_t rfree_bytes;
+	size_t rfree_max; /* EVR_RBUF_CACHE_BYTES, less under a memlock limit */
 };
 
 int evr__pool_init(struct evr__pool *p, struct ibv_pd *pd,
@@ -315,6 +322,9 @@ void evr__pool_fini(struct evr__pool *p);
 struct evr__buf *evr__pool_get(struct evr__pool *p);
 void evr__pool_put(struct evr__pool *p, struct evr__buf *b);
 struct evr__rbuf *evr__rbuf_get(struct evr__pool *p, size_t len);
+/* A buffer of len bytes that is not registered (mr NULL, never cached):
+ * a rendezvous message received through a registered staging buffer. */
+struct evr__rbuf *evr__rbuf_plain(size_t len);
 void evr__rbuf_put(struct evr__pool *p, struct evr__rbuf *rb);
 
 /* ---- memory registration (mr.c) ---- */
@@ -427,6 +437,10 @@ struct evr__rx {
 	uint32_t id;
 	unsigned reads;	 /* chunks not yet read */
 	bool started;
+	/* staged (under a locked-memory limit): rb is not registered; the
+	 * chunks are read one at a time into stage and copied from there */
+	struct evr__rbuf *stage;
+	size_t next; /* offset of the next chunk to read */
 };
 
 struct evr_msg {
@@ -588,6 +602,7 @@ struct evr_ctx {
 	bool running;
 	struct evr_ctx_opts o;
 	uint32_t max_eager;	/* eager payload, this side */
+	uint64_t memlock;	/* RLIMIT_MEMLOCK at creation (memlock.c) */
 	struct ibv_context *verbs;  /* librdmacm's context of the device */
 	struct ibv_context **devlist; /* rdma_get_devices(), freed last */
 	struct ibv_pd *pd;

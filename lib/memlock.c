@@ -51,6 +51,18 @@ uint64_t evr__memlock_limit(void)
 	return (uint64_t)rl.rlim_cur;
 }
 
+uint32_t evr__eager_for_limit(uint64_t limit)
+{
+	uint64_t e = EVR_EAGER_DEFAULT;
+
+	/* half the limit (the shared receive pool's part, srq.c) should
+	 * hold 2048 buffers: under the usual 8 MiB that is 2 KiB each, and
+	 * some 250 connections at their first window of 8 */
+	while (e > EVR_EAGER_MIN_AUTO && e * 4096 > limit)
+		e >>= 1;
+	return (uint32_t)e;
+}
+
 static void fmt_bytes(char *buf, size_t n, uint64_t v)
 {
 	if (v >= (1u << 20) && v % (1u << 20) == 0)

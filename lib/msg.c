@@ -252,17 +252,34 @@ static void rndv_finish(evr_conn *c, struct evr__op *op)
 }
 
 static void rx_start_reads(evr_conn *c);
+static int rx_read_next(evr_conn *c, struct evr__rx *rx);
 static void deliver_ready(evr_conn *c);
 
 static void rread_done(evr_conn *c, struct evr__op *op, int status)
 {
 	struct evr__rx *rx = op->u.rx;
+	int err;
 
 	if (status && !rx->status)
 		rx->status = status;
+	if (rx->stage && !rx->status) {
+		/* staged: the chunk just read, to its place */
+		EVR__VG_DEFINED(rx->stage->mem, op->wqe.len);
+		memcpy(rx->rb->mem + (op->wqe.raddr - rx->raddr),
+		       rx->stage->mem, op->wqe.len);
+	}
 	if (--rx->reads > 0)
 		return;
+	if (rx->stage && !rx->status && rx->next < rx->len) {
+		if ((err = rx_read_next(c, rx)))
+			evr__conn_fail(c, err);
+		else
+			evr__conn_dirty(c);
+		return;
+	}
 	c->rndv_active--;
+	evr__rbuf_put(&c->ctx->pool, rx->stage);
+	rx->stage = NULL;
 	if (rx->status) {
 		/* The responder refusing the read is the peer's doing (a bad
 		 * address, length or key); a flush or a transport timeout is
@@ -430,12 +447,73 @@ static void rx_push(evr_conn *c, struct evr__rx *rx)
 	evr__list_add_tail(&c->rxq, &rx->link);
 }
 
+/* The chunk size of rendezvous reads: one RDMA READ each. */
+static size_t rndv_chunk(const evr_ctx *ctx)
+{
+	return EVR__MIN((size_t)ctx->max_msg_sz, (size_t)EVR_RNDV_CHUNK);
+}
+
+/* Under a locked-memory limit a message larger than an eighth of it is
+ * not registered whole: it is read a chunk at a time into a registered
+ * staging buffer and copied out (a server under the usual 8 MiB limit
+ * receives messages of 64 MiB this way). */
+static bool rndv_staged(const evr_ctx *ctx, size_t len)
+{
+	return ctx->memlock != UINT64_MAX && len > ctx->memlock / 8 &&
+	       len > rndv_chunk(ctx);
+}
+
+/* Queue the read of bytes [off, off + n) of rx's message into laddr. */
+static int rx_queue_read(evr_conn *c, struct evr__rx *rx, size_t off,
+			 size_t n, uint8_t *laddr, uint32_t lkey)
+{
+	struct evr__op *op = evr__conn_op_new(c, EVR_OP_RREAD, &rread_class);
+
+	if (!op)
+		return -ENOMEM;
+	op->u.rx = rx;
+	op->opcode = IBV_WR_RDMA_READ;
+	op->wqe.laddr = (uintptr_t)laddr;
+	op->wqe.len = (uint32_t)n;
+	op->wqe.lkey = lkey;
+	op->wqe.raddr = rx->raddr + off;
+	op->wqe.rkey = rx->rkey;
+	rx->reads++;
+	evr__list_add_tail(&c->ctrlq, &op->h.link);
+	return 0;
+}
+
+/* A staged message's next chunk, into the staging buffer. */
+static int rx_read_next(evr_conn *c, struct evr__rx *rx)
+{
+	size_t n = EVR__MIN(rndv_chunk(c->ctx), rx->len - rx->next);
+	int err = rx_queue_read(c, rx, rx->next, n, rx->stage->mem,
+				rx->stage->mr->lkey);
+
+	if (!err)
+		rx->next += n;
+	return err;
+}
+
+/* Where rx's message is read into: registered whole, or (staged) plain
+ * memory and a registered buffer of one chunk. */
+static int rx_alloc(evr_ctx *ctx, struct evr__rx *rx)
+{
+	if (!rndv_staged(ctx, rx->len)) {
+		rx->rb = evr__rbuf_get(&ctx->pool, rx->len);
+		return rx->rb ? 0 : -ENOMEM;
+	}
+	rx->rb = evr__rbuf_plain(rx->len);
+	rx->stage = evr__rbuf_get(&ctx->pool, rndv_chunk(ctx));
+	return rx->rb && rx->stage ? 0 : -ENOMEM;
+}
+
 /* Start the reads of queued rendezvous messages, EVR_RNDV_ACTIVE at most. */
 static void rx_start_reads(evr_conn *c)
 {
 	evr_ctx *ctx = c->ctx;
 	struct evr__rx *rx;
-	size_t chunk = EVR__MIN((size_t)ctx->max_msg_sz, (size_t)EVR_RNDV_CHUNK);
+	size_t chunk = rndv_chunk(ctx);
 
 	/* A closing conn finishes the reads it started, no more: a peer that
 	 * keeps sending must not hold a graceful close open. */
@@ -445,11 +523,12 @@ static void rx_start_reads(evr_conn *c)
 	     rx = evr__list_entry(evr__list_next(&c->rxq, &rx->link),
 				  struct evr__rx, link)) {
 		size_t off;
+		int err = 0;
 
 		if (!rx->rndv || rx->started)
 			continue;
 		rx->started = true;
-		if (!(rx->rb = evr__rbuf_get(&ctx->pool, rx->len))) {
+		if (rx_alloc(ctx, rx)) {
 			EVR_ERR(ctx, "cannot allocate %zu bytes for a "
 				     "rendezvous message",
 				rx->len);
@@ -457,24 +536,16 @@ static void rx_start_reads(evr_conn *c)
 			return;
 		}
 		c->rndv_active++;
-		for (off = 0; off < rx->len; off += chunk) {
-			struct evr__op *op = evr__conn_op_new(c, EVR_OP_RREAD,
-							      &rread_class);
-			size_t n = EVR__MIN(chunk, rx->len - off);
-
-			if (!op) {
-				evr__conn_fail(c, -ENOMEM);
-				return;
-			}
-			op->u.rx = rx;
-			op->opcode = IBV_WR_RDMA_READ;
-			op->wqe.laddr = (uintptr_t)rx->rb->mem + off;
-			op->wqe.len = (uint32_t)n;
-			op->wqe.lkey = rx->rb->mr->lkey;
-			op->wqe.raddr = rx->raddr + off;
-			op->wqe.rkey = rx->rkey;
-			rx->reads++;
-			evr__list_add_tail(&c->ctrlq, &op->h.link);
+		if (rx->stage)
+			err = rx_read_next(c, rx);
+		for (off = 0; !rx->stage && !err && off < rx->len; off += chunk)
+			err = rx_queue_read(c, rx, off,
+					    EVR__MIN(chunk, rx->len - off),
+					    rx->rb->mem + off,
+					    rx->rb->mr->lkey);
+		if (err) {
+			evr__conn_fail(c, err);
+			return;
 		}
 	}
 	evr__conn_dirty(c);
@@ -489,6 +560,7 @@ static void rx_free_all(evr_conn *c)
 			break; /* reads still posted: freed when they flush */
 		evr__list_del(&rx->link);
 		evr__rbuf_put(&c->ctx->pool, rx->rb);
+		evr__rbuf_put(&c->ctx->pool, rx->stage);
 		if (rx->buf)
 			evr__conn_recv_put(c, rx->buf);
 		free(rx);

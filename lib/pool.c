@@ -29,6 +29,7 @@ int evr__pool_init(struct evr__pool *p, struct ibv_pd *pd,
 	p->acct = acct;
 	p->buf_size = (buf_size + EVR__CACHELINE - 1) & ~(EVR__CACHELINE - 1u);
 	p->per_chunk = per_chunk ? per_chunk : 256;
+	p->rfree_max = EVR_RBUF_CACHE_BYTES;
 	evr__list_init(&p->free);
 	evr__list_init(&p->chunks);
 	for (i = 0; i < EVR_RBUF_CLASSES; i++)
@@ -105,7 +106,8 @@ static int rbuf_class(size_t len)
 
 static void rbuf_free(struct evr__pool *p, struct evr__rbuf *rb)
 {
-	evr__dereg_mr(p->acct, rb->mr);
+	if (rb->mr)
+		evr__dereg_mr(p->acct, rb->mr);
 	free(rb->mem);
 	free(rb);
 }
@@ -144,12 +146,27 @@ err_free:
 	return NULL;
 }
 
+struct evr__rbuf *evr__rbuf_plain(size_t len)
+{
+	struct evr__rbuf *rb = calloc(1, sizeof(*rb));
+
+	if (!rb)
+		return NULL;
+	rb->cls = -1;
+	rb->cap = len;
+	if (!(rb->mem = malloc(len ? len : 1))) {
+		free(rb);
+		return NULL;
+	}
+	return rb;
+}
+
 /* Back to the cache while it has room, else deregistered and freed. */
 void evr__rbuf_put(struct evr__pool *p, struct evr__rbuf *rb)
 {
 	if (!rb)
 		return;
-	if (rb->cls < 0 || p->rfree_bytes + rb->cap > EVR_RBUF_CACHE_BYTES) {
+	if (rb->cls < 0 || p->rfree_bytes + rb->cap > p->rfree_max) {
 		rbuf_free(p, rb);
 		return;
 	}

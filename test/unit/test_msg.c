@@ -328,6 +328,73 @@ static void test_rndv_recv_chunks_and_order(void **state)
 	free(src);
 }
 
+/* Under a locked-memory limit a message larger than an eighth of it is
+ * not registered whole: one chunk is read at a time into a registered
+ * staging buffer and copied out; the bytes, the order and the FIN are as
+ * before, and what the ctx registered stays below the message's size. */
+static void test_rndv_recv_staged(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	struct evr_stats st;
+	const size_t len = 200000, chunk = 64 << 10;
+	uint8_t *src = malloc(len);
+	uint64_t reg0;
+	size_t off = 0, i;
+
+	assert_non_null(src);
+	for (i = 0; i < len; i++)
+		src[i] = (uint8_t)(i * 13 + 5);
+	f->ctx->memlock = 1 << 20; /* as if ulimit -l 1024: staged > 128 KiB */
+	evr_ctx_stats(f->ctx, &st);
+	reg0 = st.reg_bytes;
+	peer_rndv_req(p, src, len, 0xbeef, 42, 0);
+	peer_eager(p, "after", 5, 0);
+	peer_pump(f->ctx);
+	while (off < len) {
+		assert_true(peer_next(p, &fr));
+		assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_READ);
+		assert_int_equal(fr.wr.raddr, (uintptr_t)src + off);
+		assert_int_equal(fr.wr.len, EVR__MIN(chunk, len - off));
+		assert_false(peer_next(p, &fr)); /* one chunk at a time */
+		evr_ctx_stats(f->ctx, &st);
+		assert_true(st.reg_bytes - reg0 <= chunk);
+		off += chunk < len - off ? chunk : len - off;
+		assert_int_equal(p->nmsgs, 0);
+		peer_ack(p);
+		peer_pump(f->ctx);
+	}
+	assert_int_equal(p->nmsgs, 2);
+	assert_int_equal(p->msgs[0].len, len);
+	assert_memory_equal(p->msgs[0].data, src, len);
+	assert_memory_equal(p->msgs[1].data, "after", 5);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_FIN);
+	assert_int_equal(fr.msg.fin_id, 42);
+	assert_int_equal(fr.msg.fin_status, 0);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+	free(src);
+}
+
+/* A staged read that fails (the peer's key is bad) ends the conn with
+ * -EPROTO, as an unstaged one does, and leaks nothing. */
+static void test_rndv_recv_staged_fails(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	static uint8_t src[300000];
+
+	f->ctx->memlock = 1 << 20;
+	peer_rndv_req(p, src, sizeof(src), 1, 1, 0);
+	peer_pump(f->ctx);
+	peer_fail_send(p, IBV_WC_REM_ACCESS_ERR);
+	peer_pump(f->ctx);
+	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
+	peer_flush_closed(p, -EPROTO);
+	assert_int_equal(p->nmsgs, 0);
+}
+
 /* Two messages in flight each way keep their order too: eager, rndv,
  * eager arrive as sent. */
 static void test_rndv_recv_between_eager(void **state)
@@ -708,6 +775,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			test_rndv_recv_chunks_and_order, setup_small_port,
 			teardown),
+		cmocka_unit_test_setup_teardown(test_rndv_recv_staged,
+						setup_small_port, teardown),
+		cmocka_unit_test_setup_teardown(test_rndv_recv_staged_fails,
+						setup_small_port, teardown),
 		cmocka_unit_test_setup_teardown(test_rndv_recv_between_eager,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rndv_recv_bad_key, setup,

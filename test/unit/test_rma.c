@@ -338,6 +338,44 @@ static void test_memlock_explained(void **state)
 	peer_stop(&p);
 }
 
+/* The eager size left at 0 is planned within the limit: the default
+ * 8192 halved while half the limit holds fewer than 2048 buffers, down
+ * to 1024; the cache of rendezvous buffers keeps a quarter of the limit.
+ * (After test_memlock_explained: runs without CAP_IPC_LOCK, at 8 MiB.) */
+static void test_memlock_plans(void **state)
+{
+	struct evr_ctx_opts o;
+	struct peer p;
+	evr_ctx *ctx;
+
+	(void)state;
+	assert_int_equal(evr__eager_for_limit(UINT64_MAX), 8192);
+	assert_int_equal(evr__eager_for_limit(64u << 20), 8192);
+	assert_int_equal(evr__eager_for_limit(32u << 20), 8192);
+	assert_int_equal(evr__eager_for_limit((32u << 20) - 1), 4096);
+	assert_int_equal(evr__eager_for_limit(16u << 20), 4096);
+	assert_int_equal(evr__eager_for_limit(8u << 20), 2048);
+	assert_int_equal(evr__eager_for_limit(4u << 20), 1024);
+	assert_int_equal(evr__eager_for_limit(64u << 10), 1024);
+
+	peer_mocks_reset();
+	peer_ctx_opts(&o);
+	o.eager_size = 0;
+	ctx = peer_start(&p, &o);
+	assert_int_equal(ctx->memlock, 8u << 20);
+	assert_int_equal(ctx->max_eager, 2048);
+	assert_int_equal(ctx->pool.rfree_max, 2u << 20);
+	peer_stop(&p);
+
+	/* a size asked for is taken as it is */
+	peer_mocks_reset();
+	peer_ctx_opts(&o);
+	o.eager_size = 8192;
+	ctx = peer_start(&p, &o);
+	assert_int_equal(ctx->max_eager, 8192);
+	peer_stop(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -351,6 +389,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ops_and_the_end, setup,
 						teardown),
 		cmocka_unit_test(test_memlock_explained),
+		cmocka_unit_test(test_memlock_plans), /* after the drop */
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
