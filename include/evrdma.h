@@ -526,6 +526,9 @@ EVR_EXPORT void evr_listener_close(evr_listener *l);
  * Accept a request with the given callbacks (on_connect fires once the
  * connection is established, or with an error).  *out (may be NULL)
  * receives the handle, as for evr_connect().  opts as for evr_connect().
+ * On an error the request has been refused (-ENOBUFS: the shared receive
+ * pool cannot lend the connection its first window; the client reads
+ * the reason "no receive buffers").
  */
 EVR_EXPORT int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 			  evr_conn **out);

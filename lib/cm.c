@@ -562,7 +562,8 @@ int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 err_release:
 	/* the conn owns the id now: reject, then tear down (flushing any
 	 * receives already posted) without callbacks */
-	EVR_WARN(ctx, "accept failed: %s", evr_strerror(err));
+	if (err != -ENOBUFS) /* the pool's refusal is logged by srq_admit */
+		EVR_WARN(ctx, "accept failed: %s", evr_strerror(err));
 	reject_id(req->id, err == -ENOBUFS ? "no receive buffers"
 					   : "accept failed");
 	req->answered = true;

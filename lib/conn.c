@@ -379,16 +379,24 @@ static int srq_admit(evr_conn *c)
 	if (evr__bank_spare(bk) < bk->cfg.win_init)
 		evr__srq_refill(ctx);
 	if (evr__bank_admit(bk, &c->bank) == 0) {
+		ctx->srq_refusing = false;
 		if (!c->lend_init)
 			evr__bank_fix_window(&c->bank);
 		evr__credit_set_window(&c->cr, c->bank.window);
 		return 0;
 	}
 	c->srq = false; /* nothing lent: nothing to take back */
+	if (ctx->srq_refusing) { /* said at the first of this run */
+		EVR_DBG(ctx, "no receive buffers for a new connection");
+		return -ENOBUFS;
+	}
+	ctx->srq_refusing = true;
 	lim = evr__memlock_limit();
 	EVR_WARN(ctx,
 		 "no receive buffers for a new connection: the shared pool "
-		 "lends %u of its %u (at most %u: evr_ctx_opts.srq_buffers%s)",
+		 "lends %u of its %u (at most %u: evr_ctx_opts.srq_buffers%s); "
+		 "refusing until a connection gets its window again (each "
+		 "counted in evr_stats.srq_refused)",
 		 bk->lent, bk->total, bk->cfg.limit,
 		 lim != UINT64_MAX && !ctx->o.srq_buffers
 			 ? ", and half the locked-memory limit, ulimit -l"

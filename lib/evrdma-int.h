@@ -643,6 +643,7 @@ struct evr_ctx {
 	unsigned dispatch_depth;
 	/* the shared receive queue (srq.c), NULL with a queue per conn */
 	struct ibv_srq *srq;
+	bool srq_refusing;	  /* refusals logged since the last admission */
 	bool srq_decided;	  /* srq chosen (or not) for good */
 	struct evr__bank bank;	  /* its credits (bank.h) */
 	struct evr__qpmap qpmap;  /* qp_num -> conn, for its completions */
