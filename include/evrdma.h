@@ -304,6 +304,14 @@ struct evr_stats {
 	/** Credits lent beyond a return (windows grown), and returns not
 	 *  re-granted (windows shrunk). */
 	uint64_t srq_grown, srq_withheld;
+	/** Registered bytes of the shared receive pool's srq_buffers (part
+	 *  of pool_bytes): what every connection's receive windows share. */
+	uint64_t srq_bytes;
+	/** The library's own memory per open connection, in bytes (its
+	 *  state; librdmacm's id, the provider's QP and the kernel's come on
+	 *  top, and with a receive queue per connection its recv_depth
+	 *  buffers of the pool). */
+	uint32_t conn_bytes;
 };
 
 EVR_EXPORT void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out);

@@ -434,10 +434,13 @@ static void test_pool_per_ctx(void **state)
 		assert_int_equal(cli[i].connect_status, 0);
 	evr_ctx_stats(p.ctx, &st);
 	printf("# 20 connections: pool of %u buffers (%llu bytes), %u lent; "
-	       "a queue each would post %u\n",
-	       st.srq_buffers, (unsigned long long)st.pool_bytes, st.srq_lent,
-	       20 * 64);
+	       "a queue each would post %u; %u bytes of state per "
+	       "connection\n",
+	       st.srq_buffers, (unsigned long long)st.srq_bytes, st.srq_lent,
+	       20 * 64, st.conn_bytes);
 	assert_int_equal(st.conns, 20);
+	assert_true(st.srq_bytes >= (uint64_t)st.srq_buffers * 8192);
+	assert_true(st.srq_bytes <= st.pool_bytes);
 	assert_int_equal(st.srq_lent, 20 * 8);
 	assert_true(st.srq_buffers <= 512);
 	assert_true(st.srq_lent <= st.srq_posted);

@@ -198,6 +198,12 @@ static void test_hs_connect(void **state)
 	st = stats(ctx);
 	assert_int_equal(st.srq_lent, WIN);
 	assert_true(st.srq_buffers <= mock_cm.srq_max_wr);
+	assert_int_equal(st.srq_bytes,
+			 (uint64_t)st.srq_buffers * ctx->pool.buf_size);
+	assert_true(st.srq_bytes <= st.pool_bytes);
+	/* an idle connection's own state stays well within its budget */
+	assert_int_equal(st.conn_bytes, sizeof(struct evr_conn));
+	assert_true(st.conn_bytes <= 4096);
 	check_bank(ctx);
 	peer_stop(&p);
 }
