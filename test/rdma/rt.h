@@ -183,6 +183,14 @@ static inline const char *rt_self_exe(void)
 	return path;
 }
 
+/* valgrind runs its tool with its preload library in LD_PRELOAD. */
+static inline int rt_on_valgrind(void)
+{
+	const char *p = getenv("LD_PRELOAD");
+
+	return p && strstr(p, "vgpreload");
+}
+
 /* Monotonic clock in seconds, for time bounds. */
 static inline double rt_now(void)
 {

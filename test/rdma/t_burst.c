@@ -330,14 +330,6 @@ static void report(const struct burst *b, const char *what)
 	       b->sent_err);
 }
 
-/* valgrind runs its tool with its preload library in LD_PRELOAD. */
-static bool on_valgrind(void)
-{
-	const char *p = getenv("LD_PRELOAD");
-
-	return p && strstr(p, "vgpreload");
-}
-
 static void test_burst(void **state)
 {
 	struct burst b;
@@ -345,7 +337,7 @@ static void test_burst(void **state)
 	int rc;
 
 	(void)state;
-	burst_init(&b, on_valgrind() ? VG_BURST_CONNS : BURST_CONNS, false);
+	burst_init(&b, rt_on_valgrind() ? VG_BURST_CONNS : BURST_CONNS, false);
 	burst_start(&b);
 	rc = rt_run_until(b.loop, all_done, &b, bound);
 	report(&b, "burst");

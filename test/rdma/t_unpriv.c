@@ -60,13 +60,6 @@ static struct digest digest_of(const void *data, size_t len)
 	return d;
 }
 
-static bool under_valgrind(void)
-{
-	const char *p = getenv("LD_PRELOAD");
-
-	return p && strstr(p, "vgpreload");
-}
-
 /* ---- the server (child process) ---- */
 
 struct srv {
@@ -379,12 +372,12 @@ static void check_digest(struct cconn *cc, const void *data, size_t len)
 
 static unsigned n_conns(void)
 {
-	return under_valgrind() ? VG_UNPRIV_CONNS : UNPRIV_CONNS;
+	return rt_on_valgrind() ? VG_UNPRIV_CONNS : UNPRIV_CONNS;
 }
 
 static unsigned n_more(void)
 {
-	return under_valgrind() ? VG_UNPRIV_MORE : UNPRIV_MORE;
+	return rt_on_valgrind() ? VG_UNPRIV_MORE : UNPRIV_MORE;
 }
 
 static void test_conns(void **state)
@@ -444,7 +437,7 @@ static void test_past_limit(void **state)
 
 static void test_big(void **state)
 {
-	size_t len = under_valgrind() ? VG_UNPRIV_BIG : UNPRIV_BIG;
+	size_t len = rt_on_valgrind() ? VG_UNPRIV_BIG : UNPRIV_BIG;
 	uint8_t *big = malloc(len);
 
 	(void)state;
