@@ -59,6 +59,19 @@ static int setup_short_bounds(void **state)
 	return 0;
 }
 
+/* Per-step bounds with room for a loaded host: the steps sleep 600 ms
+ * each, 400 ms short of the bound, yet together past it. */
+static int setup_step_bounds(void **state)
+{
+	struct evr_ctx_opts o;
+
+	peer_ctx_opts(&o);
+	o.connect_timeout_ms = 1000;
+	o.connect_reply_ms = 4000;
+	*state = new_fix(&o);
+	return 0;
+}
+
 static int teardown(void **state)
 {
 	struct fix *f = *state;
@@ -383,15 +396,15 @@ static void test_connect_timeout_per_step(void **state)
 
 	peer_init(&p, f->ctx);
 	connect_to(&p, EVR_CS_RESOLVING_ADDR);
-	peer_sleep_ms(70);
+	peer_sleep_ms(600);
 	mock_cm_event(p.id, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
 	peer_pump(f->ctx);
-	p.qp = p.id->qp;
 	assert_int_equal(p.conn->state, EVR_CS_RESOLVING_ROUTE);
-	peer_sleep_ms(70); /* 140 ms since evr_connect, 70 in this step */
+	p.qp = p.id->qp;
+	peer_sleep_ms(600); /* 1200 ms since evr_connect, 600 in this step */
 	peer_pump(f->ctx);
 	assert_int_equal(p.connects, 0);
-	peer_sleep_ms(60);
+	peer_sleep_ms(500);
 	expect_connect_fails(&p, -ETIMEDOUT);
 	peer_fini(&p);
 }
@@ -820,7 +833,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_connect_timeout,
 						setup_short_bounds, teardown),
 		cmocka_unit_test_setup_teardown(test_connect_timeout_per_step,
-						setup_short_bounds, teardown),
+						setup_step_bounds, teardown),
 		cmocka_unit_test_setup_teardown(test_late_events,
 						setup_short_bounds, teardown),
 		cmocka_unit_test_setup_teardown(test_disconnect_while_accepting,
