@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -495,6 +496,18 @@ struct evr_conn_info {
 	int srq; /**< 1: our receives come from the ctx's shared pool */
 };
 EVR_EXPORT int evr_conn_info(const evr_conn *conn, struct evr_conn_info *out);
+/**
+ * A connection's peer address (IP address and rdma_cm port) and its own,
+ * as getpeername()/getsockname() give them: up to *len bytes of the
+ * address are copied to addr and *len is set to its size (that of a
+ * struct sockaddr_in or sockaddr_in6; a struct sockaddr_storage holds
+ * either).  -ENOTCONN before a connecting conn has resolved its peer and
+ * after the conn has closed; -EINVAL on NULL arguments.
+ */
+EVR_EXPORT int evr_conn_peer_addr(const evr_conn *conn, struct sockaddr *addr,
+				  socklen_t *len);
+EVR_EXPORT int evr_conn_local_addr(const evr_conn *conn, struct sockaddr *addr,
+				   socklen_t *len);
 
 /* ------------------------------------------------------------------------ */
 /* Listening                                                                */
@@ -540,6 +553,11 @@ EVR_EXPORT void evr_listener_close(evr_listener *l);
  */
 EVR_EXPORT int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 			  evr_conn **out);
+/** Where a request comes from, during the accept callback: as
+ *  evr_conn_peer_addr().  The handshake authenticates nothing: use the
+ *  address (and the user bytes) for policy, the network for isolation. */
+EVR_EXPORT int evr_conn_req_peer_addr(const evr_conn_req *req,
+				      struct sockaddr *addr, socklen_t *len);
 /** Reject a request; the connector sees -ECONNREFUSED and these bytes. */
 EVR_EXPORT int evr_reject(evr_conn_req *req, const void *reason, size_t len);
 

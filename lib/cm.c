@@ -572,6 +572,14 @@ err_release:
 	return err;
 }
 
+int evr_conn_req_peer_addr(const evr_conn_req *req, struct sockaddr *addr,
+			   socklen_t *len)
+{
+	if (!req)
+		return -EINVAL;
+	return evr__addr_copy(rdma_get_peer_addr(req->id), addr, len);
+}
+
 int evr_reject(evr_conn_req *req, const void *reason, size_t len)
 {
 	uint8_t buf[EVR_HS_MAX];

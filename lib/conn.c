@@ -1162,6 +1162,24 @@ const void *evr_conn_reject_reason(const evr_conn *c, size_t *len)
 	return c->rej_len ? c->rej : NULL;
 }
 
+int evr_conn_peer_addr(const evr_conn *c, struct sockaddr *addr,
+		       socklen_t *len)
+{
+	if (!c)
+		return -EINVAL;
+	return evr__addr_copy(c->id ? rdma_get_peer_addr(c->id) : NULL, addr,
+			      len);
+}
+
+int evr_conn_local_addr(const evr_conn *c, struct sockaddr *addr,
+			socklen_t *len)
+{
+	if (!c)
+		return -EINVAL;
+	return evr__addr_copy(c->id ? rdma_get_local_addr(c->id) : NULL, addr,
+			      len);
+}
+
 int evr_conn_info(const evr_conn *c, struct evr_conn_info *out)
 {
 	if (!c || !out)

@@ -652,6 +652,10 @@ struct evr_ctx {
 };
 
 /* util.c */
+/* Copy sa as getpeername() does (at most *len bytes, *len set to its
+ * size); -ENOTCONN when sa is NULL or not an IPv4/IPv6 address yet. */
+int evr__addr_copy(const struct sockaddr *sa, struct sockaddr *out,
+		   socklen_t *len);
 void evr__log(const evr_ctx *ctx, enum evr_log_level lvl, const char *fmt,
 	      ...) __attribute__((format(printf, 3, 4)));
 #define EVR_ERR(ctx, ...) evr__log((ctx), EVR_LOG_ERROR, __VA_ARGS__)

@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,4 +139,28 @@ const char *evr_mode_str(enum evr_mode mode)
 		return "adaptive";
 	}
 	return "unknown";
+}
+
+int evr__addr_copy(const struct sockaddr *sa, struct sockaddr *out,
+		   socklen_t *len)
+{
+	socklen_t n;
+
+	if (!out || !len)
+		return -EINVAL;
+	if (!sa)
+		return -ENOTCONN;
+	switch (sa->sa_family) {
+	case AF_INET:
+		n = sizeof(struct sockaddr_in);
+		break;
+	case AF_INET6:
+		n = sizeof(struct sockaddr_in6);
+		break;
+	default: /* not resolved yet */
+		return -ENOTCONN;
+	}
+	memcpy(out, sa, EVR__MIN(n, *len));
+	*len = n;
+	return 0;
 }

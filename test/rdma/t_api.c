@@ -41,9 +41,18 @@
  *                        and those they allow, into a local-only region.
  *  queue_lowat           an explicit send_queue_lowat: on_drain fires once,
  *                        exactly when the queued bytes reach it.
+ *  peer_addr             evr_conn_req_peer_addr() in the accept callback,
+ *                        evr_conn_peer_addr() and evr_conn_local_addr() at
+ *                        both ends, over IPv4 and IPv6: the server sees the
+ *                        client's own address and port, each end's peer is
+ *                        the other's local; a short buffer gets the first
+ *                        bytes and the whole size; a listener rejecting by
+ *                        address refuses that client (-ECONNREFUSED with
+ *                        its reason) and only it.
  */
 #include "rt_pair.h"
 
+#include <arpa/inet.h>
 #include <poll.h>
 #include <stdbool.h>
 
@@ -2213,6 +2222,165 @@ static void test_queue_lowat(void **state)
 	}
 }
 
+struct addr_fix {
+	struct rt_pair p;
+	struct sockaddr_storage seen, deny;
+	socklen_t seen_len;
+	int seen_rc, denied;
+	bool deny_on;
+};
+
+static bool same_ip(const struct sockaddr_storage *a,
+		    const struct sockaddr_storage *b)
+{
+	if (a->ss_family != b->ss_family)
+		return false;
+	if (a->ss_family == AF_INET)
+		return !memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+			       &((const struct sockaddr_in *)b)->sin_addr, 4);
+	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+		       &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
+}
+
+static uint16_t port_of(const struct sockaddr_storage *a)
+{
+	return ntohs(a->ss_family == AF_INET
+			 ? ((const struct sockaddr_in *)a)->sin_port
+			 : ((const struct sockaddr_in6 *)a)->sin6_port);
+}
+
+static void addr_accept(evr_listener *l, evr_conn_req *req, const void *ud,
+			size_t ulen, void *arg)
+{
+	struct addr_fix *f = arg;
+
+	(void)l;
+	(void)ud;
+	(void)ulen;
+	f->p.accepts++;
+	f->seen_len = sizeof(f->seen);
+	f->seen_rc = evr_conn_req_peer_addr(req, (struct sockaddr *)&f->seen,
+					    &f->seen_len);
+	if (f->deny_on && f->seen_rc == 0 && same_ip(&f->seen, &f->deny)) {
+		f->denied++;
+		assert_int_equal(evr_reject(req, "address denied", 14), 0);
+		return;
+	}
+	assert_int_equal(evr_accept(req, &f->p.srv_opts, NULL), 0);
+}
+
+/* The address of c (peer or local), asserting it is there. */
+static struct sockaddr_storage conn_addr(evr_conn *c, bool peer)
+{
+	struct sockaddr_storage a;
+	socklen_t len = sizeof(a);
+
+	memset(&a, 0, sizeof(a));
+	assert_int_equal(peer ? evr_conn_peer_addr(c, (struct sockaddr *)&a,
+						   &len)
+			      : evr_conn_local_addr(c, (struct sockaddr *)&a,
+						    &len),
+			 0);
+	assert_int_equal(len, a.ss_family == AF_INET
+				  ? sizeof(struct sockaddr_in)
+				  : sizeof(struct sockaddr_in6));
+	return a;
+}
+
+static int cli_twice(void *arg)
+{
+	return ((struct rt_pair *)arg)->cli.connects == 2;
+}
+
+static void test_peer_addr(void **state)
+{
+	static const struct {
+		const char *name;
+		const char *(*addr)(void);
+		int family;
+	} cases[] = {{"IPv4", rt_addr, AF_INET}, {"IPv6", rt_addr6, AF_INET6}};
+
+	(void)state;
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+		struct addr_fix *f = calloc(1, sizeof(*f));
+		struct sockaddr_storage cl, cp, sl, sp;
+		struct sockaddr_in6 part;
+		evr_conn *first;
+		socklen_t len;
+		evr_listener *l;
+		uint16_t port;
+
+		assert_non_null(f);
+		rt_pair_init(&f->p, loop, NULL);
+		assert_int_equal(evr_listen(f->p.ctx, cases[k].addr(), 0, 16,
+					    addr_accept, f, &l),
+				 0);
+		port = evr_listener_port(l);
+		rt_pair_connect_to(&f->p, cases[k].addr(), port);
+		assert_int_equal(f->seen_rc, 0);
+		assert_int_equal(f->seen.ss_family, cases[k].family);
+		cl = conn_addr(f->p.cli.conn, false);
+		cp = conn_addr(f->p.cli.conn, true);
+		sl = conn_addr(f->p.srv.conn, false);
+		sp = conn_addr(f->p.srv.conn, true);
+		/* the request came from the client's own address and port */
+		assert_true(same_ip(&f->seen, &cl));
+		assert_int_equal(port_of(&f->seen), port_of(&cl));
+		assert_true(same_ip(&sp, &cl));
+		assert_int_equal(port_of(&sp), port_of(&cl));
+		/* and went to the listener's */
+		assert_true(same_ip(&cp, &sl));
+		assert_int_equal(port_of(&cp), port);
+		assert_int_equal(port_of(&sl), port);
+		printf("# %s: request from port %u to port %u\n", cases[k].name,
+		       port_of(&f->seen), port);
+
+		/* a short buffer: its bytes, and the size it needed */
+		memset(&part, 0xee, sizeof(part));
+		len = 4;
+		assert_int_equal(evr_conn_peer_addr(f->p.srv.conn,
+						    (struct sockaddr *)&part,
+						    &len),
+				 0);
+		assert_int_equal(len, cases[k].family == AF_INET
+					  ? sizeof(struct sockaddr_in)
+					  : sizeof(struct sockaddr_in6));
+		assert_memory_equal(&part, &sp, 4);
+		assert_int_equal(((uint8_t *)&part)[4], 0xee);
+		assert_int_equal(evr_conn_peer_addr(f->p.srv.conn, NULL, &len),
+				 -EINVAL);
+		assert_int_equal(evr_conn_peer_addr(NULL, (struct sockaddr *)&part,
+						    &len),
+				 -EINVAL);
+		assert_int_equal(evr_conn_req_peer_addr(NULL,
+							(struct sockaddr *)&part,
+							&len),
+				 -EINVAL);
+
+		/* deny the client's address: refused with the reason, and
+		 * the connection already up is untouched */
+		first = f->p.cli.conn;
+		f->deny = cl;
+		f->deny_on = true;
+		assert_int_equal(evr_connect(f->p.ctx, cases[k].addr(), port,
+					     &f->p.cli_opts, NULL),
+				 0);
+		assert_int_equal(rt_run_until(loop, cli_twice, &f->p, 20), 0);
+		assert_int_equal(f->p.cli.connect_status, -ECONNREFUSED);
+		assert_int_equal(f->denied, 1);
+		assert_int_equal(f->p.srv.closes, 0);
+		evr_listener_close(l);
+		assert_int_equal(evr_conn_close(first, 0), 0);
+		assert_int_equal(rt_run_until(loop, rt_pair_closed_pred, &f->p,
+					      20),
+				 0);
+		rt_pair_fini(&f->p);
+		free(f);
+		ev_loop_destroy(loop);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2226,6 +2394,7 @@ int main(void)
 	    cmocka_unit_test(test_wildcard_listen),
 	    cmocka_unit_test(test_access),
 	    cmocka_unit_test(test_queue_lowat),
+	    cmocka_unit_test(test_peer_addr),
 	};
 	const char *d = getenv("EVR_DEVICE");
 
