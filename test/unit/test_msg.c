@@ -284,6 +284,25 @@ static void test_rndv_send_fin_error(void **state)
  * port's largest message, at the advertised address and key, then sends
  * the FIN and delivers the bytes; an eager message that came behind the
  * REQ is delivered after it. */
+/* The rendezvous message src[len] was delivered whole, then the eager
+ * "after" behind it, and the FIN for id went out. */
+static void expect_rndv_then_after(struct peer *p, const uint8_t *src,
+				   size_t len, uint32_t id)
+{
+	struct peer_frame fr;
+
+	assert_int_equal(p->nmsgs, 2);
+	assert_int_equal(p->msgs[0].len, len);
+	assert_memory_equal(p->msgs[0].data, src, len);
+	assert_int_equal(p->msgs[1].len, 5);
+	assert_memory_equal(p->msgs[1].data, "after", 5);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_FIN);
+	assert_int_equal(fr.msg.fin_id, id);
+	assert_int_equal(fr.msg.fin_status, 0);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+}
+
 static void test_rndv_recv_chunks_and_order(void **state)
 {
 	struct fix *f = *state;
@@ -315,16 +334,7 @@ static void test_rndv_recv_chunks_and_order(void **state)
 
 	peer_ack(p);
 	peer_pump(f->ctx);
-	assert_int_equal(p->nmsgs, 2);
-	assert_int_equal(p->msgs[0].len, len);
-	assert_memory_equal(p->msgs[0].data, src, len);
-	assert_int_equal(p->msgs[1].len, 5);
-	assert_memory_equal(p->msgs[1].data, "after", 5);
-	next_msg(p, &fr);
-	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_FIN);
-	assert_int_equal(fr.msg.fin_id, 41);
-	assert_int_equal(fr.msg.fin_status, 0);
-	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+	expect_rndv_then_after(p, src, len, 41);
 	free(src);
 }
 
@@ -365,15 +375,7 @@ static void test_rndv_recv_staged(void **state)
 		peer_ack(p);
 		peer_pump(f->ctx);
 	}
-	assert_int_equal(p->nmsgs, 2);
-	assert_int_equal(p->msgs[0].len, len);
-	assert_memory_equal(p->msgs[0].data, src, len);
-	assert_memory_equal(p->msgs[1].data, "after", 5);
-	next_msg(p, &fr);
-	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_FIN);
-	assert_int_equal(fr.msg.fin_id, 42);
-	assert_int_equal(fr.msg.fin_status, 0);
-	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+	expect_rndv_then_after(p, src, len, 42);
 	free(src);
 }
 
