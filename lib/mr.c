@@ -4,9 +4,10 @@
  *
  * A rendezvous exposes the sender's buffer for an RDMA READ.  When the
  * buffer lies inside an evr_mr the user registered for remote read, that
- * registration is borrowed (zero copy, no cost).  Otherwise the pages
- * around it are registered for the duration of the send, and concurrent
- * sends from the same pages share that registration.
+ * registration is borrowed (zero copy, no cost).  Otherwise the message's
+ * bytes, exactly, are registered for the duration of the send (the pages
+ * are pinned whole, but the peer's rkey reaches only those bytes), and
+ * concurrent sends of the same bytes share that registration.
  *
  * Keeping registrations after the send (an LRU cache) is opt-in, with
  * EVR_REG_CACHE=N entries (read when the ctx is created, kept in
@@ -167,7 +168,6 @@ int evr__reg_get(evr_ctx *ctx, const void *addr, size_t len,
 	uintptr_t s = (uintptr_t)addr, e = s + len;
 	struct evr__list *pos, *tmp;
 	struct evr__reg *r;
-	long pg = sysconf(_SC_PAGESIZE);
 
 	evr__list_for_each_safe(pos, tmp, &ctx->regs)
 	{
@@ -203,8 +203,11 @@ int evr__reg_get(evr_ctx *ctx, const void *addr, size_t len,
 			return 0;
 		}
 	}
-	r->start = s & ~(uintptr_t)(pg - 1);
-	r->end = (e + pg - 1) & ~(uintptr_t)(pg - 1);
+	/* the message's bytes exactly, not the pages around them: the
+	 * peer's rkey must not reach the heap beside the message (pinning
+	 * is by the page; the device checks remote access by the byte) */
+	r->start = s;
+	r->end = e;
 	r->mr = evr__reg_mr(&ctx->reg, ctx->pd, (void *)r->start,
 			    r->end - r->start,
 			    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ,

@@ -237,6 +237,9 @@ static void test_rndv_send(void **state)
 	mr = mock_mr_find(big, sizeof(big));
 	assert_non_null(mr);
 	assert_int_equal(fr.msg.rndv.rkey, mr->rkey);
+	/* the peer may read the message's bytes, none beside them */
+	assert_ptr_equal(mr->addr, big);
+	assert_int_equal(mr->length, sizeof(big));
 	id = fr.msg.rndv.id;
 
 	peer_ack(p);
