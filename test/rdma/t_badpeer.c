@@ -47,6 +47,11 @@ enum bad_case {
 	LIT_TYPE,	 /* literal bytes: the type after the last one */
 	LIT_LEN_BE,	 /* literal bytes: a length written big endian */
 	LIT_VALID,	 /* literal bytes: a valid message, echoed */
+	/* a hostile reader: the server's rendezvous echo, read outside the
+	 * range it advertised, or again after the FIN */
+	HOSTILE_BEFORE,	 /* one byte before the message */
+	HOSTILE_AFTER,	 /* one byte after it */
+	HOSTILE_AFTER_FIN, /* the message, right; then again after FIN */
 	BAD_NCASES
 };
 
@@ -55,6 +60,9 @@ enum expect {
 	X_REJECT, /* reject the handshake, without asking the application */
 	X_EPROTO, /* accept, then close with -EPROTO */
 	X_ECHO,	  /* accept, echo, and see the peer's goodbye (-ESHUTDOWN) */
+	X_DENIED, /* accept; the peer's out-of-range read fails at the peer
+		   * (a remote access error), and the conn ends (its QP in
+		   * error: any status but -EPROTO/-ESHUTDOWN) */
 };
 
 static const struct {
@@ -76,7 +84,24 @@ static const struct {
     [LIT_TYPE] = {"literal: type after BYE", X_EPROTO},
     [LIT_LEN_BE] = {"literal: big-endian length", X_EPROTO},
     [LIT_VALID] = {"literal: valid message", X_ECHO},
+    [HOSTILE_BEFORE] = {"hostile: read before the message", X_DENIED},
+    [HOSTILE_AFTER] = {"hostile: read after the message", X_DENIED},
+    [HOSTILE_AFTER_FIN] = {"hostile: read again after FIN", X_DENIED},
 };
+
+static bool is_hostile_case(enum bad_case c)
+{
+	return c == HOSTILE_BEFORE || c == HOSTILE_AFTER ||
+	       c == HOSTILE_AFTER_FIN;
+}
+
+/* The hostile peer's message: sent by rendezvous (its eager size is
+ * HOSTILE_EAGER), echoed by the server from byte 1 on, so the echo
+ * neither starts nor ends on a page boundary: a registration rounded out
+ * to pages would let the reads beside it succeed. */
+#define HOSTILE_LEN 4000
+#define HOSTILE_EAGER 1024
+#define HOSTILE_READ_WR 100
 
 static bool is_handshake_case(enum bad_case c)
 {
@@ -334,6 +359,118 @@ static int raw_echo_and_bye(struct rdma_cm_id *id, struct ibv_cq *cq,
 	return rdma_disconnect(id) ? 27 : 0;
 }
 
+/* One RDMA READ of n bytes at raddr/rkey into mem[0] (mr); its
+ * completion's status, or -1 when none came.  Receives are skipped (a
+ * failed read flushes them). */
+static int raw_read(struct rdma_cm_id *id, struct ibv_cq *cq,
+		    struct ibv_mr *mr, uint8_t *to, uint64_t raddr,
+		    uint32_t rkey, uint32_t n)
+{
+	struct ibv_send_wr swr = {0}, *bad_s;
+	struct ibv_sge sge = {(uintptr_t)to, n, mr->lkey};
+	struct ibv_wc wc;
+
+	swr.wr_id = HOSTILE_READ_WR;
+	swr.sg_list = &sge;
+	swr.num_sge = 1;
+	swr.opcode = IBV_WR_RDMA_READ;
+	swr.send_flags = IBV_SEND_SIGNALED;
+	swr.wr.rdma.remote_addr = raddr;
+	swr.wr.rdma.rkey = rkey;
+	if (ibv_post_send(id->qp, &swr, &bad_s))
+		return -1;
+	do {
+		if (poll_wc(cq, &wc, 10000))
+			return -1;
+	} while (wc.wr_id != HOSTILE_READ_WR);
+	return (int)wc.status;
+}
+
+/* The hostile cases, once connected: send a rendezvous request for our
+ * HOSTILE_LEN bytes, take the server's FIN and its echo's request, then
+ * read what the case says.  0 when every out-of-range read failed with a
+ * remote access error (and the in-range one, before the FIN, gave the
+ * bytes), else a code. */
+static int raw_hostile(enum bad_case bc, struct rdma_cm_id *id,
+		       struct ibv_cq *cq, struct ibv_mr *mr,
+		       uint8_t (*mem)[40000])
+{
+	static uint8_t src[HOSTILE_LEN];
+	struct evr__limits lim = {HOSTILE_EAGER, 1 << 20};
+	struct evr__hdr h = {0};
+	struct evr__rndv_req r = {0};
+	struct evr__parsed ps;
+	struct ibv_mr *smr;
+	struct ibv_wc wc;
+	const char *why;
+	bool fin = false, req = false;
+	int st;
+
+	rt_fill(src, sizeof(src), 77);
+	smr = ibv_reg_mr(mr->pd, src, sizeof(src),
+			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	if (!smr)
+		return 40;
+	h.type = EVR_T_RNDV_REQ;
+	h.len = EVR_RNDV_REQ_SIZE;
+	r.addr = (uintptr_t)src;
+	r.len = sizeof(src);
+	r.rkey = smr->rkey;
+	r.id = 7;
+	evr__hdr_encode(mem[0], &h);
+	evr__rndv_req_encode(mem[0] + EVR_HDR_SIZE, &r);
+	if (raw_send(id, mr, mem[0], EVR_HDR_SIZE + EVR_RNDV_REQ_SIZE))
+		return 41;
+	while (!fin || !req) {
+		if (poll_wc(cq, &wc, 10000))
+			return 42;
+		if (wc.status != IBV_WC_SUCCESS)
+			return 43;
+		if (wc.opcode != IBV_WC_RECV)
+			continue;
+		if (evr__msg_parse(mem[wc.wr_id], wc.byte_len, &lim, &ps, &why))
+			return 44;
+		if (ps.hdr.type == EVR_T_RNDV_FIN && ps.fin_id == 7)
+			fin = true;
+		else if (ps.hdr.type == EVR_T_RNDV_REQ)
+			req = true, r = ps.rndv;
+	}
+	if (r.len != HOSTILE_LEN - 1)
+		return 45;
+	switch (bc) {
+	case HOSTILE_BEFORE:
+		st = raw_read(id, cq, mr, mem[0], r.addr - 1, r.rkey, 1);
+		break;
+	case HOSTILE_AFTER:
+		st = raw_read(id, cq, mr, mem[0], r.addr + r.len, r.rkey, 1);
+		break;
+	default:
+		/* in range, before the FIN: the echo's bytes */
+		if (raw_read(id, cq, mr, mem[0], r.addr, r.rkey,
+			     (uint32_t)r.len) != IBV_WC_SUCCESS)
+			return 46;
+		if (memcmp(mem[0], src + 1, r.len))
+			return 47;
+		h.type = EVR_T_RNDV_FIN;
+		h.len = EVR_RNDV_FIN_SIZE;
+		evr__hdr_encode(mem[1], &h);
+		evr__rndv_fin_encode(mem[1] + EVR_HDR_SIZE, r.id, 0);
+		if (raw_send(id, mr, mem[1], EVR_HDR_SIZE + EVR_RNDV_FIN_SIZE))
+			return 48;
+		/* the server's callback fires once the FIN is in; the
+		 * access ends there -- give it ample time */
+		usleep(1000000);
+		st = raw_read(id, cq, mr, mem[0], r.addr, r.rkey,
+			      (uint32_t)r.len);
+		break;
+	}
+	if (st == IBV_WC_SUCCESS)
+		return 49; /* read what it was not sent */
+	if (st != IBV_WC_REM_ACCESS_ERR)
+		return 50;
+	return rdma_disconnect(id) ? 51 : 0;
+}
+
 /* Exit status: 0 when the server reacted as it must (reject for a bad
  * handshake, a disconnect after bad traffic, the echo of the valid
  * literal message and the disconnect after our goodbye), else a code
@@ -395,7 +532,7 @@ static int raw_client(enum bad_case bc, uint16_t port)
 	} else {
 		hs.kind = EVR_HS_REQ;
 		hs.recv_depth = 15;
-		hs.max_eager = 8192;
+		hs.max_eager = is_hostile_case(bc) ? HOSTILE_EAGER : 8192;
 		hs.max_msg = 1 << 20;
 		n = evr__hs_encode(pdata, &hs);
 	}
@@ -417,11 +554,17 @@ static int raw_client(enum bad_case bc, uint16_t port)
 	if (is_literal_case(bc) && !rep_ok())
 		return 28;
 
+	if (is_hostile_case(bc)) {
+		if ((rc = raw_hostile(bc, id, cq, mr, mem)))
+			return rc;
+		goto wait_disconnect;
+	}
 	n = craft(bc, mem[0]);
 	if (raw_send(id, mr, mem[0], n))
 		return 17;
 	if (bc == LIT_VALID && (rc = raw_echo_and_bye(id, cq, mr, mem)))
 		return rc;
+wait_disconnect:
 	/* the server must drop us (or answer our disconnect): DISCONNECTED
 	 * within a bounded time */
 	for (i = 0; i < 3; i++) {
@@ -463,6 +606,10 @@ static void srv_recv(evr_conn *c, const void *data, size_t len, void *arg)
 
 	(void)arg;
 	assert_non_null(m);
+	if (len == HOSTILE_LEN) { /* see HOSTILE_LEN */
+		data = (const uint8_t *)data + 1;
+		len--;
+	}
 	if (evr_send(c, data, len, echo_sent, m) < 0)
 		evr_msg_release(m);
 }
@@ -777,6 +924,7 @@ static void test_bad_peers(void **state)
 		struct progress pr = {g, 0};
 		uint32_t before = g->echoed, dealt;
 		int eproto = srv.closes_eproto, shut = srv.closes_shutdown;
+		int other = srv.closes_other;
 		int accepted = srv.accepted, status;
 
 		status = run_raw_client(loop, &srv, (enum bad_case)bc, port);
@@ -797,17 +945,17 @@ static void test_bad_peers(void **state)
 		    srv.accepted != accepted + (x != X_REJECT) ||
 		    srv.closes_eproto != eproto + (x == X_EPROTO) ||
 		    srv.closes_shutdown != shut + (x == X_ECHO) ||
-		    srv.closes_other)
+		    srv.closes_other != other + (x == X_DENIED))
 			fail_msg("case '%s': raw client exit %d (want 0), "
 				 "server accepted %d (want %d), closes -EPROTO "
 				 "%d (want %d) -ESHUTDOWN %d (want %d), other "
-				 "closes so far %d (want 0)",
+				 "%d (want %d)",
 				 cases[bc].name,
 				 WIFEXITED(status) ? WEXITSTATUS(status) : -1,
 				 srv.accepted - accepted, x != X_REJECT,
 				 srv.closes_eproto - eproto, x == X_EPROTO,
 				 srv.closes_shutdown - shut, x == X_ECHO,
-				 srv.closes_other);
+				 srv.closes_other - other, x == X_DENIED);
 		if (!g->up || g->closed || g->bad || g->echoed < pr.want)
 			fail_msg("after '%s': the good connection is %s, %d "
 				 "closes, %d bad, %u echoes (want %u)",
@@ -816,7 +964,7 @@ static void test_bad_peers(void **state)
 		/* the server still accepts and serves new connections */
 		probe_run(loop, &srv, port, cases[bc].name);
 		probes++;
-		assert_int_equal(srv.closes_other, 0);
+		assert_int_equal(srv.closes_other, other + (x == X_DENIED));
 	}
 	printf("# %d new connections served, one after each peer\n", probes);
 	evr_listener_close(srv.l);
