@@ -17,6 +17,11 @@
  * must accept and echo, header byte for byte, before the raw client says
  * goodbye with a literal BYE.
  *
+ * The hostile cases read the server's rendezvous echo outside the range it
+ * advertised (a byte before, a byte after) or again after their FIN: each
+ * read must fail at the raw client with a remote access error, and only
+ * that connection ends.
+ *
  * The raw client runs in a child process of its own (fork + exec),
  * synchronously; the server and the good client run in the parent's loop.
  */
