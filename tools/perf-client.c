@@ -178,7 +178,14 @@ void run_start(struct perf *p)
 		ev_timer_start(p->loop, &p->stop_w);
 	}
 	if (p->o.load == L_LIGHT) {
-		ev_timer_set(&p->tick_w, 0., 1. / LIGHT_RATE);
+		/* Every connection pings RATE times a second, the pings of
+		 * all spread evenly over the period (on_tick); a timer faster
+		 * than 1 ms would cost more than the pings it paces. */
+		p->slot_s = 1. / (p->o.rate * p->o.conns);
+		p->slot = p->skipped = 0;
+		p->tick0 = mono_s();
+		ev_timer_set(&p->tick_w, 0., p->slot_s < 1e-3 ? 1e-3
+							      : p->slot_s);
 		ev_timer_start(p->loop, &p->tick_w);
 	}
 	for (i = 0; i < p->o.conns; i++) {

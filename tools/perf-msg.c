@@ -291,20 +291,29 @@ void on_stop(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 }
 
-/* --load light: one ping per connection per tick, if its last one is
- * back (the load is offered, not closed-loop). */
+/* --load light: slot k is due at tick0 + k * slot_s and belongs to
+ * connection k % CONNS, so each connection pings RATE times a second and
+ * the connections take turns instead of all sending at once.  A connection
+ * whose last ping is not back yet skips its slot (the load is offered, not
+ * closed-loop), and the skip is counted: msgs + skipped is the offered
+ * load.  A late timer catches up on every slot that has come due. */
 void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct perf *p = w->data;
-	unsigned i;
+	ev_tstamp now = mono_s();
 
 	(void)loop;
 	(void)revents;
-	for (i = 0; i < p->o.conns && !p->failed; i++) {
-		struct pconn *pc = &p->pc[i];
+	while (!p->failed && !p->stop &&
+	       p->tick0 + (double)p->slot * p->slot_s <= now) {
+		struct pconn *pc = &p->pc[p->slot++ % p->o.conns];
 
-		if (pc->ph != PH_RUN || pc->sent != pc->echoed)
+		if (pc->ph != PH_RUN)
 			continue;
+		if (pc->sent != pc->echoed) {
+			p->skipped++;
+			continue;
+		}
 		pc->t_sent[pc->sent % p->window] = mono_s();
 		if (send_msg(pc, p->size) < 0)
 			return;
