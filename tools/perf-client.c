@@ -181,11 +181,13 @@ void run_start(struct perf *p)
 		/* Every connection pings RATE times a second, the pings of
 		 * all spread evenly over the period (on_tick); a timer faster
 		 * than 1 ms would cost more than the pings it paces. */
-		p->slot_s = 1. / (p->o.rate * p->o.conns);
+		double slot_s = 1. / (p->o.rate * p->o.conns);
+		double tick_s = slot_s < 1e-3 ? 1e-3 : slot_s;
+
+		p->tick_slots = tick_s / slot_s;
+		p->slots_due = 0;
 		p->slot = p->skipped = 0;
-		p->tick0 = mono_s();
-		ev_timer_set(&p->tick_w, 0., p->slot_s < 1e-3 ? 1e-3
-							      : p->slot_s);
+		ev_timer_set(&p->tick_w, 0., tick_s);
 		ev_timer_start(p->loop, &p->tick_w);
 	}
 	for (i = 0; i < p->o.conns; i++) {
@@ -212,6 +214,7 @@ static int run_one(struct perf *p, size_t size)
 	p->size = size;
 	p->stop = false;
 	p->nready = p->ndata = p->ndone = p->nclosed = 0;
+	p->nlaunched = p->nanswered = 0;
 	p->started = p->finished = 0;
 	p->t0 = p->t1 = 0;
 	p->nlat = 0;

@@ -191,6 +191,24 @@ void on_recv(evr_conn *conn, const void *data, size_t len, void *arg)
 		    pc->idx, len, phase_str[pc->ph]);
 }
 
+static void on_connect(evr_conn *conn, int status, void *arg);
+static void on_close(evr_conn *conn, int status, void *arg);
+
+/* Start connects until RAMP are unanswered (all, without --ramp). */
+static void connect_more(struct perf *p)
+{
+	while (!p->failed && p->nlaunched < p->o.conns &&
+	       (!p->o.ramp || p->nlaunched - p->nanswered < p->o.ramp)) {
+		struct pconn *pc = &p->pc[p->nlaunched++];
+
+		pc->ph = PH_CONNECTING;
+		if (client_connect(pc, p->kind, on_connect, on_close) < 0) {
+			pc->ph = PH_CLOSED;
+			p->nclosed++;
+		}
+	}
+}
+
 static void on_connect(evr_conn *conn, int status, void *arg)
 {
 	struct pconn *pc = arg;
@@ -198,6 +216,7 @@ static void on_connect(evr_conn *conn, int status, void *arg)
 	int rc;
 
 	p->events++;
+	p->nanswered++;
 	if (status < 0) {
 		p->nclosed++;
 		client_connect_failed(pc, status);
@@ -215,6 +234,7 @@ static void on_connect(evr_conn *conn, int status, void *arg)
 		}
 	}
 	pc->conn = conn;
+	connect_more(p);
 	if (p->kind == K_ECHO && p->warm) {
 		pc->ph = PH_WARMUP;
 		pc->warm_left = p->warm;
@@ -246,12 +266,13 @@ static void on_close(evr_conn *conn, int status, void *arg)
 		ev_break(p->loop, EVBREAK_ALL);
 }
 
-/* Connect every connection of a message test. */
+/* Connect every connection of a message test: all at once, or RAMP at a
+ * time. */
 void msg_begin(struct perf *p)
 {
 	unsigned i;
 
-	for (i = 0; i < p->o.conns && !p->failed; i++) {
+	for (i = 0; i < p->o.conns; i++) {
 		struct pconn *pc = &p->pc[i];
 
 		memset(&pc->base, 0, sizeof(pc->base));
@@ -259,12 +280,9 @@ void msg_begin(struct perf *p)
 		pc->p = p;
 		pc->idx = i;
 		pc->sent = pc->echoed = pc->acked = 0;
-		pc->ph = PH_CONNECTING;
-		if (client_connect(pc, p->kind, on_connect, on_close) < 0) {
-			pc->ph = PH_CLOSED;
-			p->nclosed++;
-		}
+		pc->ph = PH_IDLE;
 	}
+	connect_more(p);
 }
 
 /* ---- timers ---- */
@@ -291,21 +309,24 @@ void on_stop(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 }
 
-/* --load light: slot k is due at tick0 + k * slot_s and belongs to
- * connection k % CONNS, so each connection pings RATE times a second and
- * the connections take turns instead of all sending at once.  A connection
- * whose last ping is not back yet skips its slot (the load is offered, not
+/* --load light: the turns of the connections come round in order, slot k
+ * going to connection k % CONNS, tick_slots of them per tick, so each
+ * connection pings RATE times a second and the connections take turns
+ * instead of all sending at once.  The count of turns per tick, not a
+ * clock read, paces them: a tick that fires a little early or late must
+ * not give one connection two turns at once.  A connection whose last
+ * ping is not back yet skips its turn (the load is offered, not
  * closed-loop), and the skip is counted: msgs + skipped is the offered
- * load.  A late timer catches up on every slot that has come due. */
+ * load. */
 void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct perf *p = w->data;
-	ev_tstamp now = mono_s();
 
 	(void)loop;
 	(void)revents;
-	while (!p->failed && !p->stop &&
-	       p->tick0 + (double)p->slot * p->slot_s <= now) {
+	p->slots_due += p->tick_slots;
+	for (; p->slots_due >= 1 - 1e-9 && !p->failed && !p->stop;
+	     p->slots_due -= 1) {
 		struct pconn *pc = &p->pc[p->slot++ % p->o.conns];
 
 		if (pc->ph != PH_RUN)

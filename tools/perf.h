@@ -76,6 +76,7 @@ struct opts {
 	unsigned window, conns;
 	bool burst;	/* conn: all CONNS at once, held until all are up */
 	double rate;	/* --load light: pings per second per connection */
+	unsigned ramp;	/* message tests: connects outstanding; 0: all */
 	int mode;
 	enum fmt fmt;
 };
@@ -146,9 +147,10 @@ struct perf {
 	uint64_t warm;	 /* warm-up ping-pongs per conn */
 	unsigned window;
 	bool stop;	 /* duration over */
-	ev_tstamp tick0; /* --load light: when slot 0 was due */
-	double slot_s;	 /* --load light: between two connections' pings */
+	double tick_slots; /* --load light: connections' turns per tick */
+	double slots_due;  /* --load light: turns come due, not yet taken */
 	uint64_t slot, skipped;
+	unsigned nlaunched, nanswered; /* message tests: connects */
 	unsigned nready, ndata, ndone, nclosed;
 	uint64_t started, finished; /* conn test */
 	bool conn_warm;	 /* conn test: the untimed first connection */
