@@ -181,12 +181,14 @@ void run_start(struct perf *p)
 		/* Every connection pings RATE times a second, the pings of
 		 * all spread evenly over the period (on_tick); a timer faster
 		 * than 1 ms would cost more than the pings it paces. */
-		double slot_s = 1. / (p->o.rate * p->o.conns);
-		double tick_s = slot_s < 1e-3 ? 1e-3 : slot_s;
+		double tick_s;
 
-		p->tick_slots = tick_s / slot_s;
-		p->slots_due = 0;
+		p->slot_s = 1. / (p->o.rate * p->o.conns);
+		tick_s = p->slot_s < 1e-3 ? 1e-3 : p->slot_s;
 		p->slot = p->skipped = 0;
+		/* Ticks land half a tick past the turns' boundaries: a tick
+		 * a little early or late still takes the turns of its own. */
+		p->tick0 = mono_s() - tick_s / 2;
 		ev_timer_set(&p->tick_w, 0., tick_s);
 		ev_timer_start(p->loop, &p->tick_w);
 	}

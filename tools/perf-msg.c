@@ -309,24 +309,27 @@ void on_stop(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 }
 
-/* --load light: the turns of the connections come round in order, slot k
- * going to connection k % CONNS, tick_slots of them per tick, so each
- * connection pings RATE times a second and the connections take turns
- * instead of all sending at once.  The count of turns per tick, not a
- * clock read, paces them: a tick that fires a little early or late must
- * not give one connection two turns at once.  A connection whose last
- * ping is not back yet skips its turn (the load is offered, not
- * closed-loop), and the skip is counted: msgs + skipped is the offered
- * load. */
+/* --load light: turn k is due at tick0 + k * slot_s and belongs to
+ * connection k % CONNS, so each connection pings RATE times a second and
+ * the connections take turns instead of all sending at once.  A tick takes
+ * every turn that has come due, as the clock says (libev does not repeat
+ * the ticks a busy loop missed), but at most one per connection: a tick a
+ * hair early followed by one a hair late must not give a connection two
+ * turns at once; turns further behind than a whole round are skipped.  A
+ * connection whose last ping is not back yet skips its turn too (the load
+ * is offered, not closed-loop).  msgs + skipped is the offered load. */
 void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct perf *p = w->data;
+	uint64_t due = (uint64_t)((mono_s() - p->tick0) / p->slot_s) + 1;
 
 	(void)loop;
 	(void)revents;
-	p->slots_due += p->tick_slots;
-	for (; p->slots_due >= 1 - 1e-9 && !p->failed && !p->stop;
-	     p->slots_due -= 1) {
+	if (due > p->slot + p->o.conns) {
+		p->skipped += due - p->slot - p->o.conns;
+		p->slot = due - p->o.conns;
+	}
+	while (p->slot < due && !p->failed && !p->stop) {
 		struct pconn *pc = &p->pc[p->slot++ % p->o.conns];
 
 		if (pc->ph != PH_RUN)

@@ -147,8 +147,8 @@ struct perf {
 	uint64_t warm;	 /* warm-up ping-pongs per conn */
 	unsigned window;
 	bool stop;	 /* duration over */
-	double tick_slots; /* --load light: connections' turns per tick */
-	double slots_due;  /* --load light: turns come due, not yet taken */
+	ev_tstamp tick0; /* --load light: when turn 0 was due */
+	double slot_s;	 /* --load light: between two connections' turns */
 	uint64_t slot, skipped;
 	unsigned nlaunched, nanswered; /* message tests: connects */
 	unsigned nready, ndata, ndone, nclosed;
