@@ -2,22 +2,25 @@
 # bench/many-guest.sh: the measurements of bench/many, next to an RDMA
 # device (normally inside the Soft-RoCE guest of test/vm/evr-vm).
 #
-#   bench/many-guest.sh BUILDDIR OUTDIR [quick]
+#   bench/many-guest.sh BUILDDIR OUTDIR [quick|full [PART...]]
 #
-# Three parts, all against one address (BENCH_ADDR, default 10.77.0.1):
+# The parts (all unless PARTs are named), all against one address
+# (BENCH_ADDR, default 10.77.0.1):
 #  burst  BURST clients connecting at once to one server: cmtime -c BURST
 #         and evrdma-perf -t conn --burst -C BURST alternately, REPS times
 #         each; OUTDIR/burst.csv.
-#  mem    N idle connections open on one server ctx, for each N of
+#  mem-on, mem-off
+#         N idle connections open on one server ctx, for each N of
 #         MEM_CONNS (the first that fails ends the list), opened RAMP at a
-#         time, and each receive
-#         queue mode (shared, and EVR_SRQ=off): a fresh evrdma-perf server,
+#         time, with the shared receive queue (mem-on) and with
+#         EVR_SRQ=off (mem-off): a fresh evrdma-perf server,
 #         one warm-up connection, a snapshot of the server's
 #         /proc/PID/status and of /proc/meminfo, then evrdma-perf
 #         --load idle -C N and the same snapshot once every QP is up;
-#         OUTDIR/mem.csv (kB, as the kernel reports them).
-#  light  LIGHT_CONNS connections each pinging every 100 ms, and one
-#         connection at the same rate; the evrdma-perf CSV lines go to
+#         OUTDIR/mem-on.csv, mem-off.csv (kB, as the kernel reports
+#         them).
+#  light  LIGHT_CONNS connections each pinging every 100 ms, a tenth as
+#         many, and one connection at the same rate; the evrdma-perf CSV lines go to
 #         OUTDIR/light.csv.
 # Every server runs on CPU 0 and every client on CPU 1 (as in
 # bench/guest.sh).  Everything the tools print goes to OUTDIR/log.txt.
@@ -25,6 +28,8 @@
 set -u
 
 BUILD=$1 OUT=$2 QUICK=${3:-}
+shift $(($# < 3 ? $# : 3))
+PARTS=${*:-burst mem-on mem-off light}
 PERF=$BUILD/tools/evrdma-perf
 # Skip libtool's wrapper script: under emulation its start-up costs more
 # than a short test.
@@ -40,7 +45,7 @@ LOG=$OUT/log.txt
 REPS=3 BURST=1000
 # The idle and light tests open their connections RAMP at a time: they
 # measure connections that are up, not how fast they come up.
-RAMP=500
+RAMP=100
 MEM_CONNS="1000 2000 5000 10000"
 LIGHT_CONNS=1000 LIGHT_RATE=10 LIGHT_S=20 ONE_S=30
 if [ "$QUICK" = quick ]; then
@@ -77,6 +82,9 @@ log "net.rdma_ucm.max_backlog: ${old_backlog:-?} -> $(sysctl -n net.rdma_ucm.max
 	grep -E '^(MemTotal|MemFree|MemAvailable):' /proc/meminfo
 	echo "max_backlog: $(sysctl -n net.rdma_ucm.max_backlog 2> /dev/null)"
 } > "$OUT/guest.txt"
+
+# The clients log the library's warnings and errors: why a connect failed.
+CLI_ENV="EVR_LOG=warn"
 
 # An evrdma-perf server on a port of its own: srv_start [ENV...]
 srv_start() {
@@ -181,7 +189,7 @@ snap() {
 		END { printf "%d,%d,%d,%d,%d", v["MemFree:"], v["Slab:"],
 			v["SUnreclaim:"], v["VmallocUsed:"], v["PageTables:"] }' \
 		/proc/meminfo)
-	csv "$OUT/mem.csv" "$srq" "$n" "$when" "$(qps)" "$s" "${c:-0,0}" "$m"
+	csv "$OUT/mem-$srq.csv" "$srq" "$n" "$when" "$(qps)" "$s" "${c:-0,0}" "$m"
 }
 
 # mem_run SRQ N: N idle connections on a fresh server; fails if they
@@ -202,7 +210,7 @@ mem_run() {
 	log "--- evrdma-perf --load idle -C $n -D $hold (srq $srq)"
 	# no timeout(1) in between: the snapshot wants the client's own PID
 	# (it gives up by itself when nothing moves for 30 s)
-	$PIN_C "$PERF" -c "$ADDR" -p $PORT -t lat --load idle -C "$n" \
+	env $CLI_ENV $PIN_C "$PERF" -c "$ADDR" -p $PORT -t lat --load idle -C "$n" \
 		--ramp $RAMP -D $hold --csv > "$OUT/idle.out" 2>> "$LOG" &
 	cpid=$!
 	# Every QP up, and the count steady for 2 s (the reports that start
@@ -231,7 +239,7 @@ mem_run() {
 	srv_stop
 	grep -E '^(MemFree|MemAvailable):' /proc/meminfo >> "$LOG"
 	[ $rc = 0 ] || note "mem: evrdma-perf -C $n exited with $rc"
-	csv "$OUT/mem.csv" "$srq" "$n" "rc=$rc" "" "" "" "" "" "" "" "" "" \
+	csv "$OUT/mem-$srq.csv" "$srq" "$n" "rc=$rc" "" "" "" "" "" "" "" "" "" \
 		"" "" "" "" ""
 	# let the kernel finish tearing the QPs down before the next run
 	for i in $(seq 1 60); do
@@ -247,7 +255,7 @@ light_run() {
 	note "light: $conns connection(s), $LIGHT_RATE pings/s each, $secs s"
 	srv_start || return
 	log "--- evrdma-perf --load light --rate $LIGHT_RATE -C $conns -D $secs"
-	if out=$($PIN_C timeout 900 "$PERF" -c "$ADDR" -p $PORT -t lat \
+	if out=$(env $CLI_ENV $PIN_C timeout 900 "$PERF" -c "$ADDR" -p $PORT -t lat \
 		--load light --rate $LIGHT_RATE -C "$conns" --ramp $RAMP \
 		-D "$secs" --csv \
 		2>> "$LOG"); then
@@ -264,24 +272,32 @@ light_run() {
 	srv_stop
 }
 
-echo "rep,tool,conns,ok,setup_s,total_s" > "$OUT/burst.csv"
-for rep in $(seq 1 $REPS); do
-	note "burst $rep/$REPS: $BURST connects at once"
-	cm_burst "$rep"
-	ev_burst "$rep"
-done
+has() { [[ " $PARTS " == *" $1 "* ]]; }
 
-echo "srq,conns,when,qps,srv_rss,srv_anon,srv_file,srv_shmem,srv_pin,srv_lck,cli_rss,cli_anon,memfree,slab,sunreclaim,vmalloc,pagetables" \
-	> "$OUT/mem.csv"
+if has burst; then
+	echo "rep,tool,conns,ok,setup_s,total_s" > "$OUT/burst.csv"
+	for rep in $(seq 1 $REPS); do
+		note "burst $rep/$REPS: $BURST connects at once"
+		cm_burst "$rep"
+		ev_burst "$rep"
+	done
+fi
+
 for srq in on off; do
+	has "mem-$srq" || continue
+	echo "srq,conns,when,qps,srv_rss,srv_anon,srv_file,srv_shmem,srv_pin,srv_lck,cli_rss,cli_anon,memfree,slab,sunreclaim,vmalloc,pagetables" \
+		> "$OUT/mem-$srq.csv"
 	for n in $MEM_CONNS; do
 		mem_run "$srq" "$n" || break
 	done
 done
 
-: > "$OUT/light.csv"
-light_run "$LIGHT_CONNS" $LIGHT_S
-light_run 1 $ONE_S
+if has light; then
+	: > "$OUT/light.csv"
+	light_run "$LIGHT_CONNS" $LIGHT_S
+	light_run $((LIGHT_CONNS / 10)) $LIGHT_S
+	light_run 1 $ONE_S
+fi
 
 grep -E '^(MemFree|MemAvailable):' /proc/meminfo >> "$OUT/guest.txt"
 note "done"
