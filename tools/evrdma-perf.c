@@ -6,7 +6,7 @@
  *   evrdma-perf -c ADDR [-p PORT] [-t lat|bw|rate|conn] [-S SIZES]
  *               [-n ITERS | -D SECONDS] [-w WINDOW] [-C CONNS]
  *               [-m event|poll|adaptive] [--load idle|light|sat]
- *               [--json | --csv]
+ *               [--rate R] [--ramp W] [--burst] [--json | --csv]
  *
  * Design.  One program, two roles, one thread, one libev loop.  Each client
  * connection says in its connect user bytes what the server is to do with
@@ -118,7 +118,7 @@ static void usage(void)
 "       evrdma-perf -c ADDR [-p PORT] [-t lat|bw|rate|conn] [-S SIZES]\n"
 "                   [-n ITERS | -D SECONDS] [-w WINDOW] [-C CONNS]\n"
 "                   [-m event|poll|adaptive] [--load idle|light|sat]\n"
-"                   [--burst] [--json | --csv]\n"
+"                   [--rate R] [--ramp W] [--burst] [--json | --csv]\n"
 "  -s            serve (any number of tests, until SIGINT/SIGTERM)\n"
 "  -a ADDR       server: local address to listen on (default any)\n"
 "  -c ADDR       client: the server's address (IPv4 or IPv6)\n"
@@ -139,8 +139,14 @@ static void usage(void)
 "  -m MODE       completion mode of both sides (default adaptive)\n"
 "  --load LOAD   ping-pong under an offered load (with -t lat):\n"
 "                idle: connections open, no traffic (default -D 10);\n"
-"                light: %d ping-pongs/s (default -D 10);\n"
+"                light: %d ping-pongs/s per connection, the\n"
+"                connections taking turns (default -D 10);\n"
 "                sat: as fast as the window allows (default -D 5)\n"
+"  --rate R      with --load light: R pings/s per connection instead;\n"
+"                a connection whose last ping is not back skips its\n"
+"                turn (CSV and JSON count these as skipped)\n"
+"  --ramp W      lat, bw, rate: open the CONNS connections W connects\n"
+"                at a time instead of all at once\n"
 "  --json, --csv machine-readable output instead of the table\n"
 "Latencies are half round trips (us); cpu_us/m is the client's CPU time\n"
 "per message, cpu%% and srv%% the client's and server's CPU time per wall\n"
@@ -156,6 +162,8 @@ int main(int argc, char **argv)
 		{"csv", no_argument, NULL, 'V'},
 		{"load", required_argument, NULL, 'L'},
 		{"burst", no_argument, NULL, 'B'},
+		{"rate", required_argument, NULL, 'R'},
+		{"ramp", required_argument, NULL, 'P'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -223,6 +231,17 @@ int main(int argc, char **argv)
 		case 'B':
 			o.burst = true;
 			break;
+		case 'R':
+			errno = 0;
+			o.rate = strtod(optarg, &end);
+			if (errno || *end || !(o.rate > 0) || o.rate > 1e6)
+				usage();
+			break;
+		case 'P':
+			if (parse_ull(optarg, 1, 10000, &v) < 0)
+				usage();
+			o.ramp = (unsigned)v;
+			break;
 		case 'm':
 			o.mode = parse_mode(optarg);
 			if (o.mode < 0)
@@ -280,6 +299,10 @@ int main(int argc, char **argv)
 		usage(); /* they run for a duration */
 	if (o.burst && (o.test != T_CONN || have_n))
 		usage();
+	if ((o.rate > 0 && o.load != L_LIGHT) || (o.ramp && o.test == T_CONN))
+		usage();
+	if (!(o.rate > 0))
+		o.rate = LIGHT_RATE;
 	if (o.burst)
 		o.iters = o.conns;
 	if (o.test == T_CONN) {

@@ -178,7 +178,18 @@ void run_start(struct perf *p)
 		ev_timer_start(p->loop, &p->stop_w);
 	}
 	if (p->o.load == L_LIGHT) {
-		ev_timer_set(&p->tick_w, 0., 1. / LIGHT_RATE);
+		/* Every connection pings RATE times a second, the pings of
+		 * all spread evenly over the period (on_tick); a timer faster
+		 * than 1 ms would cost more than the pings it paces. */
+		double tick_s;
+
+		p->slot_s = 1. / (p->o.rate * p->o.conns);
+		tick_s = p->slot_s < 1e-3 ? 1e-3 : p->slot_s;
+		p->slot = p->skipped = 0;
+		/* Ticks land half a tick past the turns' boundaries: a tick
+		 * a little early or late still takes the turns of its own. */
+		p->tick0 = mono_s() - tick_s / 2;
+		ev_timer_set(&p->tick_w, 0., tick_s);
 		ev_timer_start(p->loop, &p->tick_w);
 	}
 	for (i = 0; i < p->o.conns; i++) {
@@ -205,6 +216,7 @@ static int run_one(struct perf *p, size_t size)
 	p->size = size;
 	p->stop = false;
 	p->nready = p->ndata = p->ndone = p->nclosed = 0;
+	p->nlaunched = p->nanswered = 0;
 	p->started = p->finished = 0;
 	p->t0 = p->t1 = 0;
 	p->nlat = 0;

@@ -191,6 +191,24 @@ void on_recv(evr_conn *conn, const void *data, size_t len, void *arg)
 		    pc->idx, len, phase_str[pc->ph]);
 }
 
+static void on_connect(evr_conn *conn, int status, void *arg);
+static void on_close(evr_conn *conn, int status, void *arg);
+
+/* Start connects until RAMP are unanswered (all, without --ramp). */
+static void connect_more(struct perf *p)
+{
+	while (!p->failed && p->nlaunched < p->o.conns &&
+	       (!p->o.ramp || p->nlaunched - p->nanswered < p->o.ramp)) {
+		struct pconn *pc = &p->pc[p->nlaunched++];
+
+		pc->ph = PH_CONNECTING;
+		if (client_connect(pc, p->kind, on_connect, on_close) < 0) {
+			pc->ph = PH_CLOSED;
+			p->nclosed++;
+		}
+	}
+}
+
 static void on_connect(evr_conn *conn, int status, void *arg)
 {
 	struct pconn *pc = arg;
@@ -198,6 +216,7 @@ static void on_connect(evr_conn *conn, int status, void *arg)
 	int rc;
 
 	p->events++;
+	p->nanswered++;
 	if (status < 0) {
 		p->nclosed++;
 		client_connect_failed(pc, status);
@@ -215,6 +234,7 @@ static void on_connect(evr_conn *conn, int status, void *arg)
 		}
 	}
 	pc->conn = conn;
+	connect_more(p);
 	if (p->kind == K_ECHO && p->warm) {
 		pc->ph = PH_WARMUP;
 		pc->warm_left = p->warm;
@@ -246,12 +266,13 @@ static void on_close(evr_conn *conn, int status, void *arg)
 		ev_break(p->loop, EVBREAK_ALL);
 }
 
-/* Connect every connection of a message test. */
+/* Connect every connection of a message test: all at once, or RAMP at a
+ * time. */
 void msg_begin(struct perf *p)
 {
 	unsigned i;
 
-	for (i = 0; i < p->o.conns && !p->failed; i++) {
+	for (i = 0; i < p->o.conns; i++) {
 		struct pconn *pc = &p->pc[i];
 
 		memset(&pc->base, 0, sizeof(pc->base));
@@ -259,12 +280,9 @@ void msg_begin(struct perf *p)
 		pc->p = p;
 		pc->idx = i;
 		pc->sent = pc->echoed = pc->acked = 0;
-		pc->ph = PH_CONNECTING;
-		if (client_connect(pc, p->kind, on_connect, on_close) < 0) {
-			pc->ph = PH_CLOSED;
-			p->nclosed++;
-		}
+		pc->ph = PH_IDLE;
 	}
+	connect_more(p);
 }
 
 /* ---- timers ---- */
@@ -291,20 +309,35 @@ void on_stop(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 }
 
-/* --load light: one ping per connection per tick, if its last one is
- * back (the load is offered, not closed-loop). */
+/* --load light: turn k is due at tick0 + k * slot_s and belongs to
+ * connection k % CONNS, so each connection pings RATE times a second and
+ * the connections take turns instead of all sending at once.  A tick takes
+ * every turn that has come due, as the clock says (libev does not repeat
+ * the ticks a busy loop missed), but at most one per connection: a tick a
+ * hair early followed by one a hair late must not give a connection two
+ * turns at once; turns further behind than a whole round are skipped.  A
+ * connection whose last ping is not back yet skips its turn too (the load
+ * is offered, not closed-loop).  msgs + skipped is the offered load. */
 void on_tick(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct perf *p = w->data;
-	unsigned i;
+	uint64_t due = (uint64_t)((mono_s() - p->tick0) / p->slot_s) + 1;
 
 	(void)loop;
 	(void)revents;
-	for (i = 0; i < p->o.conns && !p->failed; i++) {
-		struct pconn *pc = &p->pc[i];
+	if (due > p->slot + p->o.conns) {
+		p->skipped += due - p->slot - p->o.conns;
+		p->slot = due - p->o.conns;
+	}
+	while (p->slot < due && !p->failed && !p->stop) {
+		struct pconn *pc = &p->pc[p->slot++ % p->o.conns];
 
-		if (pc->ph != PH_RUN || pc->sent != pc->echoed)
+		if (pc->ph != PH_RUN)
 			continue;
+		if (pc->sent != pc->echoed) {
+			p->skipped++;
+			continue;
+		}
 		pc->t_sent[pc->sent % p->window] = mono_s();
 		if (send_msg(pc, p->size) < 0)
 			return;

@@ -67,6 +67,7 @@ void result_fill(struct perf *p, struct result *r)
 	r->cpu_pct = secs > 0 ? (double)(p->cpu1 - p->cpu0) / 1e4 / secs : NAN;
 	r->switches = p->st1.mode_switches - p->st0.mode_switches;
 	r->wakeups = p->st1.wakeups - p->st0.wakeups;
+	r->skipped = p->o.load == L_LIGHT ? p->skipped : 0;
 	r->srv_cpu_us_msg = r->srv_cpu_pct = NAN;
 	if (p->o.test != T_CONN) {
 		const struct report *b = &p->pc[0].base, *f = &p->pc[0].final;
@@ -120,7 +121,7 @@ static void table_row(const struct result *r)
 static const char csv_header[] =
 	"test,mode,load,size,conns,window,msgs,secs,lat_med_us,lat_p99_us,"
 	"lat_p999_us,msg_s,mb_s,cpu_us_per_msg,cpu_pct,srv_cpu_us_per_msg,"
-	"srv_cpu_pct,switches,srv_switches,wakeups";
+	"srv_cpu_pct,switches,srv_switches,wakeups,skipped";
 
 /* CSV and JSON rows share the field order of csv_header. */
 static void data_row(const struct result *r, int json)
@@ -164,9 +165,12 @@ static void data_row(const struct result *r, int json)
 	else
 		printf("%llu", (unsigned long long)r->srv_switches);
 	if (json)
-		printf(", \"wakeups\": %llu}", (unsigned long long)r->wakeups);
+		printf(", \"wakeups\": %llu, \"skipped\": %llu}",
+		       (unsigned long long)r->wakeups,
+		       (unsigned long long)r->skipped);
 	else
-		printf(",%llu\n", (unsigned long long)r->wakeups);
+		printf(",%llu,%llu\n", (unsigned long long)r->wakeups,
+		       (unsigned long long)r->skipped);
 }
 
 void emit_row(const struct perf *p, size_t i)

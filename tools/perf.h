@@ -24,7 +24,8 @@
 #define PERF_PORT 7472
 #define MAX_SIZES 64
 #define MAX_MSG (64u << 20)	/* the library's default max_msg_size */
-#define LIGHT_RATE 200		/* ping-pongs per second at --load light */
+#define LIGHT_RATE 200		/* --load light: ping-pongs per second per
+				   connection, unless --rate */
 #define STALL_S 30.0		/* no progress for this long: give up */
 #define PROGRESS_AFTER_S 3.0	/* runs longer than this print progress */
 
@@ -74,6 +75,8 @@ struct opts {
 	double secs;	/* 0: count-based */
 	unsigned window, conns;
 	bool burst;	/* conn: all CONNS at once, held until all are up */
+	double rate;	/* --load light: pings per second per connection */
+	unsigned ramp;	/* message tests: connects outstanding; 0: all */
 	int mode;
 	enum fmt fmt;
 };
@@ -92,6 +95,7 @@ struct result {
 	double cpu_us_msg, cpu_pct;	  /* client */
 	double srv_cpu_us_msg, srv_cpu_pct; /* NAN when not known */
 	uint64_t switches, srv_switches, wakeups;
+	uint64_t skipped; /* --load light: pings not sent, the last one out */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -143,6 +147,10 @@ struct perf {
 	uint64_t warm;	 /* warm-up ping-pongs per conn */
 	unsigned window;
 	bool stop;	 /* duration over */
+	ev_tstamp tick0; /* --load light: when turn 0 was due */
+	double slot_s;	 /* --load light: between two connections' turns */
+	uint64_t slot, skipped;
+	unsigned nlaunched, nanswered; /* message tests: connects */
 	unsigned nready, ndata, ndone, nclosed;
 	uint64_t started, finished; /* conn test */
 	bool conn_warm;	 /* conn test: the untimed first connection */
