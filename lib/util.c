@@ -112,7 +112,9 @@ const char *evr_strerror(int err)
 	case -ECONNREFUSED:
 		return "connection refused (no listener, or rejected by the peer)";
 	case -ENOBUFS:
-		return "send queue full: wait for the drain callback";
+		return "out of buffers: the send queue is full (wait for the "
+		       "drain callback), or the receive pool cannot take "
+		       "another connection (evr_ctx_opts.srq_buffers)";
 	case -E2BIG:
 		return "options struct sets fields this library does not know "
 		       "(built against a newer evrdma.h)";
