@@ -283,6 +283,19 @@ void evr__conn_recv_put(evr_conn *c, struct evr__buf *b)
 		evr__conn_dirty(c);
 }
 
+void evr__conn_recv_drop(evr_conn *c, struct evr__buf *b)
+{
+	/* With a shared queue the message still used a credit of c's peer:
+	 * the bank counts it consumed before the re-post gives the credit
+	 * back.  One no credit covered was never lent: posted again, and
+	 * nothing else. */
+	if (c->srq && evr__bank_consume(&c->ctx->bank, &c->bank, false)) {
+		evr__srq_put_back(c->ctx, b);
+		return;
+	}
+	evr__conn_recv_put(c, b);
+}
+
 /* Post the receive buffers on c->repost as one chain.  Re-posted buffers
  * become credits owed to the peer (announce); the initial ones are not:
  * the handshake's recv_depth already told the peer about them. */
@@ -744,10 +757,7 @@ void evr__conn_srq_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
 	w->conn = c;
 	if (c->state == EVR_CS_CLOSED) {
 		/* in limbo: a message that landed before the QP went */
-		if (evr__bank_consume(&ctx->bank, &c->bank, false))
-			evr__srq_put_back(ctx, b);
-		else
-			evr__conn_recv_put(c, b);
+		evr__conn_recv_drop(c, b);
 		return;
 	}
 	ctx->hooks.recv_done(w, wc);

@@ -819,6 +819,10 @@ void evr__srq_put_back(evr_ctx *ctx, struct evr__buf *b);
 /* conn.c: receive buffers and the shared queue */
 /* A receive buffer of c is done with: posted again (its credit owed). */
 void evr__conn_recv_put(evr_conn *c, struct evr__buf *b);
+/* A receive buffer of c that no one will read (c failed, or is in limbo):
+ * with a shared queue the bank counts it consumed first (a message beyond
+ * the credits lent goes back uncounted); then as evr__conn_recv_put(). */
+void evr__conn_recv_drop(evr_conn *c, struct evr__buf *b);
 /* A shared-queue receive completed: find its conn (srq_recv_done hook). */
 void evr__conn_srq_recv_done(struct evr__wr *w, const struct ibv_wc *wc);
 /* Free the conns in limbo whose CQ has been polled empty since their QP

@@ -648,10 +648,7 @@ void evr__msg_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
 		EVR__VG_DEFINED(b->data, EVR__MIN(wc->byte_len, b->size));
 	if (c->state >= EVR_CS_FAILED) {
 		/* no one reads it; its credit was used all the same */
-		if (c->srq && evr__bank_consume(&ctx->bank, &c->bank, false))
-			evr__srq_put_back(ctx, b);
-		else
-			evr__conn_recv_put(c, b);
+		evr__conn_recv_drop(c, b);
 		evr__conn_kick(c);
 		return;
 	}
