@@ -264,7 +264,6 @@ static void post_srq_recvs(evr_conn *c)
 		}
 		evr__conn_fail(c, rc);
 	}
-	c->nrepost = 0;
 	if (owed && c->state != EVR_CS_CLOSED)
 		evr__conn_dirty(c); /* the credits go out with the flush */
 }
@@ -276,7 +275,6 @@ void evr__conn_recv_put(evr_conn *c, struct evr__buf *b)
 		return;
 	}
 	evr__list_add_head(&c->repost, evr__buf_link(b));
-	c->nrepost++;
 	if (c->state == EVR_CS_CLOSED)
 		post_srq_recvs(c); /* in limbo: off the run queue */
 	else
@@ -353,7 +351,6 @@ static void post_qp_recvs(evr_conn *c, bool announce)
 		if (announce)
 			evr__credit_reposted(&c->cr, n);
 	}
-	c->nrepost = 0;
 }
 
 static bool reap_number(evr_ctx *ctx, uint32_t qp_num);

@@ -499,7 +499,6 @@ struct evr_conn {
 	unsigned recv_depth;
 	unsigned recv_posted;
 	struct evr__list repost; /* buffers to post again (evr__buf) */
-	unsigned nrepost;
 	struct evr__list rxq;		   /* in-order delivery queue */
 	evr_msg *cur_msg;		   /* message in on_recv */
 	evr_msg *cur_held;		   /* its held copy, if taken */

@@ -364,7 +364,6 @@ static void repost(evr_conn *c, struct evr__buf *b)
 		return;
 	}
 	evr__list_add_head(&c->repost, evr__buf_link(b));
-	c->nrepost++;
 	evr__conn_dirty(c);
 }
 
