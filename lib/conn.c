@@ -244,7 +244,7 @@ static void post_srq_recvs(evr_conn *c)
 			if (n)
 				wrs[n - 1].next = &wrs[n];
 		}
-		rc = evr__srq_post(ctx, wrs, &bad);
+		rc = evr__post_srq_recv(ctx->srq, wrs, &bad);
 		for (i = 0; i < n; i++) {
 			if (rc && &wrs[i] == bad)
 				break;

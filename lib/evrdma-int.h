@@ -808,9 +808,6 @@ void evr__srq_close(evr_ctx *ctx);
 int evr__srq_refill(evr_ctx *ctx);
 /* Make b a receive of the shared queue (its head's ctx and done). */
 void evr__srq_buf_prep(evr_ctx *ctx, struct evr__buf *b);
-/* Post a chain of prepared buffers; ibv_post_srq_recv's result. */
-int evr__srq_post(evr_ctx *ctx, struct ibv_recv_wr *wr,
-		  struct ibv_recv_wr **bad);
 /* Post b again without telling the bank: it was counted as posted all
  * along (a flushed receive, or one no credit covered). */
 void evr__srq_put_back(evr_ctx *ctx, struct evr__buf *b);

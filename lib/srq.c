@@ -30,12 +30,6 @@ void evr__srq_buf_prep(evr_ctx *ctx, struct evr__buf *b)
 	b->update = false;
 }
 
-int evr__srq_post(evr_ctx *ctx, struct ibv_recv_wr *wr,
-		  struct ibv_recv_wr **bad)
-{
-	return evr__post_srq_recv(ctx->srq, wr, bad);
-}
-
 /* The most buffers the pool may own: the option, else the default, within
  * what the device's SRQ holds and half the locked-memory limit (the rest
  * is for send copies and rendezvous). */
@@ -139,7 +133,7 @@ int evr__srq_refill(evr_ctx *ctx)
 		}
 		if (n == 0)
 			break;
-		err = evr__srq_post(ctx, wrs, &bad);
+		err = evr__post_srq_recv(ctx->srq, wrs, &bad);
 		for (i = 0; i < n; i++) {
 			if (err && &wrs[i] == bad)
 				break;
@@ -165,7 +159,7 @@ void evr__srq_put_back(evr_ctx *ctx, struct evr__buf *b)
 
 	evr__srq_buf_prep(ctx, b);
 	evr__recv_wr(&wr, &sge, b);
-	err = evr__srq_post(ctx, &wr, &bad);
+	err = evr__post_srq_recv(ctx->srq, &wr, &bad);
 	if (err) {
 		/* the bank counted it as posted: it owns one fewer now */
 		EVR_ERR(ctx, "ibv_post_srq_recv failed: %s", evr_strerror(err));
