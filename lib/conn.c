@@ -227,40 +227,31 @@ static void drop_unconsumed(evr_conn *c, struct evr__buf *b)
 static void post_srq_recvs(evr_conn *c)
 {
 	evr_ctx *ctx = c->ctx;
-	struct ibv_recv_wr wrs[64], *bad;
-	struct ibv_sge sges[64];
-	bool update[64];
+	struct evr__buf *bufs[EVR__SRQ_POST_BATCH];
+	bool update[EVR__SRQ_POST_BATCH];
 	uint32_t owed = 0;
-	unsigned n, i;
+	unsigned n, i, went;
 	int rc;
 
 	while (!evr__list_empty(&c->repost)) {
 		struct evr__buf *b;
 
-		for (n = 0; n < 64 && (b = evr__buf_pop(&c->repost)); n++) {
-			update[n] = b->update;
-			evr__srq_buf_prep(ctx, b);
-			evr__recv_wr(&wrs[n], &sges[n], b);
-			if (n)
-				wrs[n - 1].next = &wrs[n];
+		for (n = 0;
+		     n < EVR__SRQ_POST_BATCH && (b = evr__buf_pop(&c->repost));
+		     n++) {
+			bufs[n] = b;
+			update[n] = b->update; /* the post clears it */
 		}
-		rc = evr__post_srq_recv(ctx->srq, wrs, &bad);
-		for (i = 0; i < n; i++) {
-			if (rc && &wrs[i] == bad)
-				break;
+		went = evr__srq_post_bufs(ctx, bufs, n, &rc);
+		for (i = 0; i < went; i++)
 			owed += evr__bank_repost(&ctx->bank, &c->bank, &c->cr,
 						 update[i]);
-		}
-		ctx->st.recv_wrs += i;
 		if (!rc)
 			continue;
-		EVR_ERR(ctx, "ibv_post_srq_recv failed: %s", evr_strerror(rc));
 		for (; i < n; i++) { /* lost to the shared queue */
 			c->bank.busy--;
 			ctx->bank.total--;
-			evr__pool_put(&ctx->pool,
-				      evr__buf_of((struct evr__wr *)(uintptr_t)
-							  wrs[i].wr_id));
+			evr__pool_put(&ctx->pool, bufs[i]);
 		}
 		evr__conn_fail(c, rc);
 	}

@@ -806,8 +806,13 @@ void evr__srq_close(evr_ctx *ctx);
 /* Post what the bank wants (evr__bank_want); 0, or the error that
  * stopped it (-ENOMEM: the pool could not grow). */
 int evr__srq_refill(evr_ctx *ctx);
-/* Make b a receive of the shared queue (its head's ctx and done). */
-void evr__srq_buf_prep(evr_ctx *ctx, struct evr__buf *b);
+#define EVR__SRQ_POST_BATCH 64u /* WRs per ibv_post_srq_recv */
+/* Make bufs[0..n) receives of the shared queue and post them as one chain
+ * (n <= EVR__SRQ_POST_BATCH).  Returns how many went in: a prefix of bufs,
+ * all of them unless the post failed (*err: its error, logged; else 0).
+ * The bank is not told; the others are still the caller's. */
+unsigned evr__srq_post_bufs(evr_ctx *ctx, struct evr__buf **bufs, unsigned n,
+			    int *err);
 /* Post b again without telling the bank: it was counted as posted all
  * along (a flushed receive, or one no credit covered). */
 void evr__srq_put_back(evr_ctx *ctx, struct evr__buf *b);
