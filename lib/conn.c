@@ -695,22 +695,28 @@ static bool reap_number(evr_ctx *ctx, uint32_t qp_num)
 	return true;
 }
 
-void evr__conn_reap(evr_ctx *ctx)
+unsigned evr__conn_reap(evr_ctx *ctx)
 {
 	struct evr__list *pos, *tmp;
+	unsigned n = 0;
 
 	evr__list_for_each_safe(pos, tmp, &ctx->limbo)
 	{
 		evr_conn *c = evr__container_of(pos, evr_conn, link);
 
-		if (c->cq->drains == c->limbo_drains && !c->cq->broken)
-			evr__cq_poll_empty(ctx, c->cq);
+		if (c->cq->drains == c->limbo_drains && !c->cq->broken) {
+			/* a CQ shared with live conns: their completions too */
+			n += evr__cq_poll_empty(ctx, c->cq);
+			if (c->cq->broken)
+				n++; /* the conns on it were failed */
+		}
 		if (c->cq->drains == c->limbo_drains && !c->cq->broken)
 			continue; /* cannot happen: a poll until empty moves it */
 		evr__list_del(&c->link);
 		conn_free(c);
 	}
 	evr__srq_refill(ctx);
+	return n;
 }
 
 /*

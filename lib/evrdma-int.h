@@ -827,8 +827,10 @@ void evr__conn_recv_drop(evr_conn *c, struct evr__buf *b);
 /* A shared-queue receive completed: find its conn (srq_recv_done hook). */
 void evr__conn_srq_recv_done(struct evr__wr *w, const struct ibv_wc *wc);
 /* Free the conns in limbo whose CQ has been polled empty since their QP
- * was destroyed (polling it if need be), and refill the shared queue. */
-void evr__conn_reap(evr_ctx *ctx);
+ * was destroyed (polling it if need be), and refill the shared queue.
+ * Returns the completions those polls dispatched (and one for a CQ found
+ * broken): non-zero when callbacks may have left work on the run queue. */
+unsigned evr__conn_reap(evr_ctx *ctx);
 
 /* ctx.c */
 void evr__ctx_hooks_init(evr_ctx *ctx);
