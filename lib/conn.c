@@ -219,10 +219,10 @@ static void drop_unconsumed(evr_conn *c, struct evr__buf *b)
 /*
  * Post the buffers on c->repost to the ctx's shared receive queue.  Each
  * was consumed by a message of c (evr__bank_consume) and is c's until
- * the bank takes it back here: c's peer gets its credit back, two when
- * its window grows, none when it shrinks (bank.h).  A conn on its way out
- * is owed credits no one will announce; the bank takes them back with
- * the conn (evr__bank_detach).
+ * the bank takes it back here: c's peer gets its credit back, or none
+ * when its window shrinks (bank.h; growth was lent as the message landed,
+ * evr__bank_consume).  A conn on its way out is owed credits no one will
+ * announce; the bank takes them back with the conn (evr__bank_detach).
  */
 static void post_srq_recvs(evr_conn *c)
 {
@@ -278,7 +278,8 @@ void evr__conn_recv_drop(evr_conn *c, struct evr__buf *b)
 	 * the bank counts it consumed before the re-post gives the credit
 	 * back.  One no credit covered was never lent: posted again, and
 	 * nothing else. */
-	if (c->srq && evr__bank_consume(&c->ctx->bank, &c->bank, false)) {
+	if (c->srq &&
+	    evr__bank_consume(&c->ctx->bank, &c->bank, &c->cr, false) < 0) {
 		evr__srq_put_back(c->ctx, b);
 		return;
 	}

@@ -518,12 +518,16 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		 * (its header's EVR_F_WANT, checked again by the parser) */
 		bool want = wc->opcode == IBV_WC_RECV && wc->byte_len >= 2 &&
 			    (b->data[1] & EVR_F_WANT);
+		int lent = evr__bank_consume(&ctx->bank, &c->bank, &c->cr,
+					     want);
 
-		if (evr__bank_consume(&ctx->bank, &c->bank, want)) {
+		if (lent < 0) {
 			evr__srq_put_back(ctx, b);
 			proto_error(c, "a message beyond the credits lent");
 			return;
 		}
+		if (lent)
+			evr__conn_dirty(c); /* the window grew: tell the peer */
 	}
 	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 		uint32_t imm = be32toh(wc->imm_data);
