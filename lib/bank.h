@@ -211,9 +211,11 @@ static inline uint32_t evr__bank_repost(struct evr__bank *b,
 	 * still hold (messages held by the user, or queued behind a
 	 * rendezvous read) count in its footprint, and withholding the
 	 * credit of a re-posted control message would leave it unable to
-	 * send the FIN or credit update that frees them */
+	 * send the FIN or credit update that frees them -- nor the credit
+	 * of a released message, with which one more data message must get
+	 * through: the user may wait for it before releasing others */
 	if (bc->lent + bc->busy < bc->window ||
-	    bc->lent < evr__credit_reserve(b->cfg.win_max))
+	    bc->lent <= evr__credit_reserve(b->cfg.win_max))
 		n = 1;
 	else
 		b->withheld++;
