@@ -20,12 +20,9 @@
  * control messages plus room for data (docs/credits.md says why), so
  * credits always come back and the exchange cannot deadlock.  Each
  * connection has a target window: a message sent while the window held
- * its sender back (EVR_F_WANT) raises it by one, and lends the credit
- * that covers it at once, any other message lowers it by one, down to the
- * minimum, which the footprint follows at re-post time.  Growth comes
- * with the message, not with its buffer's re-post, so a receiver that
- * holds what it gets (evr_conn_hold) lets its peer's window grow all the
- * same.  The pool grows in chunks up to a limit when the spare runs low;
+ * its sender back (EVR_F_WANT) raises it by one, any other message lowers
+ * it by one, down to the minimum; the footprint follows the target at re-post
+ * time.  The pool grows in chunks up to a limit when the spare runs low;
  * at the limit a connection that cannot get its initial window is refused
  * (-ENOBUFS) and windows above a fair share shrink.
  *
@@ -151,20 +148,12 @@ static inline int evr__bank_admit(struct evr__bank *b,
 
 /*
  * A message of bc's peer landed in an SRQ buffer; want: its header said
- * the sender's window ran out (EVR_F_WANT).  Returns the credits lent to
- * the peer at once (1 when its window grows, else 0), already counted as
- * lent and told to cr (the connection's credit state) as owed; -EPROTO
- * when the peer had no credit for the message: a broken or hostile peer
- * (with an honest one the RNR it would have met cannot happen).
- *
- * The growth is lent here rather than at the buffer's re-post: a buffer
- * the user holds may never be re-posted while the peer waits for room.
- * It comes out of the spare, keeping win_init of it for the next
- * admission, so credits lent never exceed buffers posted.
+ * the sender's window ran out (EVR_F_WANT).  -EPROTO when the peer had no
+ * credit for it: a broken or hostile peer (with an honest one the RNR it
+ * would have met cannot happen).
  */
 static inline int evr__bank_consume(struct evr__bank *b,
-				    struct evr__bank_conn *bc,
-				    struct evr__credit *cr, bool want)
+				    struct evr__bank_conn *bc, bool want)
 {
 	if (bc->lent == 0 || b->posted == 0)
 		return -EPROTO;
@@ -172,52 +161,50 @@ static inline int evr__bank_consume(struct evr__bank *b,
 	b->lent--;
 	b->posted--;
 	bc->busy++;
-	if (!want) {
-		if (bc->window > bc->floor)
-			bc->window--;
-		return 0;
+	if (want) {
+		if (bc->window < b->cfg.win_max && !evr__bank_short(b))
+			bc->window++;
+	} else if (bc->window > bc->floor) {
+		bc->window--;
 	}
-	if (bc->window >= b->cfg.win_max || evr__bank_short(b) ||
-	    evr__bank_spare(b) <= b->cfg.win_init)
-		return 0;
-	bc->window++;
-	bc->lent++;
-	b->lent++;
-	b->grown++;
-	evr__credit_reposted(cr, 1); /* owed like a re-posted receive */
-	evr__credit_set_window(cr, bc->window);
-	return 1;
+	return 0;
 }
 
 /*
  * One of bc's consumed buffers is posted to the SRQ again.  Returns the
- * credits to owe its peer (0 or 1), already counted as lent, and tells cr
- * (the connection's credit state) about them; update: the buffer had held
- * a bare credit update.
+ * credits to owe its peer (0, 1, or 2 when its window grows), already
+ * counted as lent, and tells cr (the connection's credit state) about
+ * them; update: the buffer had held a bare credit update.
  */
 static inline uint32_t evr__bank_repost(struct evr__bank *b,
 					struct evr__bank_conn *bc,
 					struct evr__credit *cr, bool update)
 {
-	uint32_t n = 0;
+	uint32_t f, n = 0;
 
 	b->posted++;
 	bc->busy--;
 	if (evr__bank_short(b) && bc->window > bc->floor &&
 	    bc->window > b->total / b->nconns)
 		bc->window--;
+	f = bc->lent + bc->busy;
 	/* covered by the buffer just posted; and never withheld from a
 	 * peer left with no more than its reserve: buffers its messages
 	 * still hold (messages held by the user, or queued behind a
 	 * rendezvous read) count in its footprint, and withholding the
 	 * credit of a re-posted control message would leave it unable to
-	 * send the FIN or credit update that frees them -- nor the credit
-	 * of a released message, with which one more data message must get
-	 * through: the user may wait for it before releasing others */
-	if (bc->lent + bc->busy < bc->window ||
-	    bc->lent <= evr__credit_reserve(b->cfg.win_max))
+	 * send the FIN or credit update that frees them */
+	if (f < bc->window || bc->lent < evr__credit_reserve(b->cfg.win_max))
 		n = 1;
-	else
+	if (f + n < bc->window) {
+		if (evr__bank_spare(b) - n > b->cfg.win_init) {
+			n++;
+			b->grown++;
+		} else {
+			bc->window = f + n; /* no budget: forget the target */
+		}
+	}
+	if (n == 0)
 		b->withheld++;
 	bc->lent += n;
 	b->lent += n;

@@ -219,42 +219,52 @@ static void drop_unconsumed(evr_conn *c, struct evr__buf *b)
 /*
  * Post the buffers on c->repost to the ctx's shared receive queue.  Each
  * was consumed by a message of c (evr__bank_consume) and is c's until
- * the bank takes it back here: c's peer gets its credit back, or none
- * when its window shrinks (bank.h; growth was lent as the message landed,
- * evr__bank_consume).  A conn on its way out is owed credits no one will
- * announce; the bank takes them back with the conn (evr__bank_detach).
+ * the bank takes it back here: c's peer gets its credit back, two when
+ * its window grows, none when it shrinks (bank.h).  A conn on its way out
+ * is owed credits no one will announce; the bank takes them back with
+ * the conn (evr__bank_detach).
  */
 static void post_srq_recvs(evr_conn *c)
 {
 	evr_ctx *ctx = c->ctx;
-	struct evr__buf *bufs[EVR__SRQ_POST_BATCH];
-	bool update[EVR__SRQ_POST_BATCH];
+	struct ibv_recv_wr wrs[64], *bad;
+	struct ibv_sge sges[64];
+	bool update[64];
 	uint32_t owed = 0;
-	unsigned n, i, went;
+	unsigned n, i;
 	int rc;
 
 	while (!evr__list_empty(&c->repost)) {
 		struct evr__buf *b;
 
-		for (n = 0;
-		     n < EVR__SRQ_POST_BATCH && (b = evr__buf_pop(&c->repost));
-		     n++) {
-			bufs[n] = b;
-			update[n] = b->update; /* the post clears it */
+		for (n = 0; n < 64 && (b = evr__buf_pop(&c->repost)); n++) {
+			update[n] = b->update;
+			evr__srq_buf_prep(ctx, b);
+			evr__recv_wr(&wrs[n], &sges[n], b);
+			if (n)
+				wrs[n - 1].next = &wrs[n];
 		}
-		went = evr__srq_post_bufs(ctx, bufs, n, &rc);
-		for (i = 0; i < went; i++)
+		rc = evr__srq_post(ctx, wrs, &bad);
+		for (i = 0; i < n; i++) {
+			if (rc && &wrs[i] == bad)
+				break;
 			owed += evr__bank_repost(&ctx->bank, &c->bank, &c->cr,
 						 update[i]);
+		}
+		ctx->st.recv_wrs += i;
 		if (!rc)
 			continue;
+		EVR_ERR(ctx, "ibv_post_srq_recv failed: %s", evr_strerror(rc));
 		for (; i < n; i++) { /* lost to the shared queue */
 			c->bank.busy--;
 			ctx->bank.total--;
-			evr__pool_put(&ctx->pool, bufs[i]);
+			evr__pool_put(&ctx->pool,
+				      evr__buf_of((struct evr__wr *)(uintptr_t)
+							  wrs[i].wr_id));
 		}
 		evr__conn_fail(c, rc);
 	}
+	c->nrepost = 0;
 	if (owed && c->state != EVR_CS_CLOSED)
 		evr__conn_dirty(c); /* the credits go out with the flush */
 }
@@ -266,24 +276,11 @@ void evr__conn_recv_put(evr_conn *c, struct evr__buf *b)
 		return;
 	}
 	evr__list_add_head(&c->repost, evr__buf_link(b));
+	c->nrepost++;
 	if (c->state == EVR_CS_CLOSED)
 		post_srq_recvs(c); /* in limbo: off the run queue */
 	else
 		evr__conn_dirty(c);
-}
-
-void evr__conn_recv_drop(evr_conn *c, struct evr__buf *b)
-{
-	/* With a shared queue the message still used a credit of c's peer:
-	 * the bank counts it consumed before the re-post gives the credit
-	 * back.  One no credit covered was never lent: posted again, and
-	 * nothing else. */
-	if (c->srq &&
-	    evr__bank_consume(&c->ctx->bank, &c->bank, &c->cr, false) < 0) {
-		evr__srq_put_back(c->ctx, b);
-		return;
-	}
-	evr__conn_recv_put(c, b);
 }
 
 /* Post the receive buffers on c->repost as one chain.  Re-posted buffers
@@ -343,6 +340,7 @@ static void post_qp_recvs(evr_conn *c, bool announce)
 		if (announce)
 			evr__credit_reposted(&c->cr, n);
 	}
+	c->nrepost = 0;
 }
 
 static bool reap_number(evr_ctx *ctx, uint32_t qp_num);
@@ -704,28 +702,22 @@ static bool reap_number(evr_ctx *ctx, uint32_t qp_num)
 	return true;
 }
 
-unsigned evr__conn_reap(evr_ctx *ctx)
+void evr__conn_reap(evr_ctx *ctx)
 {
 	struct evr__list *pos, *tmp;
-	unsigned n = 0;
 
 	evr__list_for_each_safe(pos, tmp, &ctx->limbo)
 	{
 		evr_conn *c = evr__container_of(pos, evr_conn, link);
 
-		if (c->cq->drains == c->limbo_drains && !c->cq->broken) {
-			/* a CQ shared with live conns: their completions too */
-			n += evr__cq_poll_empty(ctx, c->cq);
-			if (c->cq->broken)
-				n++; /* the conns on it were failed */
-		}
+		if (c->cq->drains == c->limbo_drains && !c->cq->broken)
+			evr__cq_poll_empty(ctx, c->cq);
 		if (c->cq->drains == c->limbo_drains && !c->cq->broken)
 			continue; /* cannot happen: a poll until empty moves it */
 		evr__list_del(&c->link);
 		conn_free(c);
 	}
 	evr__srq_refill(ctx);
-	return n;
 }
 
 /*
@@ -760,7 +752,10 @@ void evr__conn_srq_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
 	w->conn = c;
 	if (c->state == EVR_CS_CLOSED) {
 		/* in limbo: a message that landed before the QP went */
-		evr__conn_recv_drop(c, b);
+		if (evr__bank_consume(&ctx->bank, &c->bank, false))
+			evr__srq_put_back(ctx, b);
+		else
+			evr__conn_recv_put(c, b);
 		return;
 	}
 	ctx->hooks.recv_done(w, wc);

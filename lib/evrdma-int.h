@@ -513,6 +513,7 @@ struct evr_conn {
 	unsigned recv_depth;
 	unsigned recv_posted;
 	struct evr__list repost; /* buffers to post again (evr__buf) */
+	unsigned nrepost;
 	struct evr__list rxq;		   /* in-order delivery queue */
 	evr_msg *cur_msg;		   /* message in on_recv */
 	evr_msg *cur_held;		   /* its held copy, if taken */
@@ -826,13 +827,11 @@ void evr__srq_close(evr_ctx *ctx);
 /* Post what the bank wants (evr__bank_want); 0, or the error that
  * stopped it (-ENOMEM: the pool could not grow). */
 int evr__srq_refill(evr_ctx *ctx);
-#define EVR__SRQ_POST_BATCH 64u /* WRs per ibv_post_srq_recv */
-/* Make bufs[0..n) receives of the shared queue and post them as one chain
- * (n <= EVR__SRQ_POST_BATCH).  Returns how many went in: a prefix of bufs,
- * all of them unless the post failed (*err: its error, logged; else 0).
- * The bank is not told; the others are still the caller's. */
-unsigned evr__srq_post_bufs(evr_ctx *ctx, struct evr__buf **bufs, unsigned n,
-			    int *err);
+/* Make b a receive of the shared queue (its head's ctx and done). */
+void evr__srq_buf_prep(evr_ctx *ctx, struct evr__buf *b);
+/* Post a chain of prepared buffers; ibv_post_srq_recv's result. */
+int evr__srq_post(evr_ctx *ctx, struct ibv_recv_wr *wr,
+		  struct ibv_recv_wr **bad);
 /* Post b again without telling the bank: it was counted as posted all
  * along (a flushed receive, or one no credit covered). */
 void evr__srq_put_back(evr_ctx *ctx, struct evr__buf *b);
@@ -840,17 +839,11 @@ void evr__srq_put_back(evr_ctx *ctx, struct evr__buf *b);
 /* conn.c: receive buffers and the shared queue */
 /* A receive buffer of c is done with: posted again (its credit owed). */
 void evr__conn_recv_put(evr_conn *c, struct evr__buf *b);
-/* A receive buffer of c that no one will read (c failed, or is in limbo):
- * with a shared queue the bank counts it consumed first (a message beyond
- * the credits lent goes back uncounted); then as evr__conn_recv_put(). */
-void evr__conn_recv_drop(evr_conn *c, struct evr__buf *b);
 /* A shared-queue receive completed: find its conn (srq_recv_done hook). */
 void evr__conn_srq_recv_done(struct evr__wr *w, const struct ibv_wc *wc);
 /* Free the conns in limbo whose CQ has been polled empty since their QP
- * was destroyed (polling it if need be), and refill the shared queue.
- * Returns the completions those polls dispatched (and one for a CQ found
- * broken): non-zero when callbacks may have left work on the run queue. */
-unsigned evr__conn_reap(evr_ctx *ctx);
+ * was destroyed (polling it if need be), and refill the shared queue. */
+void evr__conn_reap(evr_ctx *ctx);
 
 /* ctx.c */
 void evr__ctx_hooks_init(evr_ctx *ctx);

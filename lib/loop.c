@@ -96,11 +96,11 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 	} else {
 		evr__ctx_progress(ctx);
 	}
-	/* conns gone since: free them, and the shared queue's refill; its
-	 * polls of their CQs may have dispatched completions, whose work
-	 * goes out now */
-	if (ctx->srq && evr__conn_reap(ctx))
+	if (ctx->srq) {
+		/* conns gone since: free them; the shared queue's refill */
+		evr__conn_reap(ctx);
 		evr__ctx_progress(ctx);
+	}
 	timer_sync(ctx); /* after the steps, which may arm timers */
 }
 

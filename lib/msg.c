@@ -381,6 +381,7 @@ static void repost(evr_conn *c, struct evr__buf *b)
 		return;
 	}
 	evr__list_add_head(&c->repost, evr__buf_link(b));
+	c->nrepost++;
 	evr__conn_dirty(c);
 }
 
@@ -590,16 +591,12 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		 * (its header's EVR_F_WANT, checked again by the parser) */
 		bool want = wc->opcode == IBV_WC_RECV && wc->byte_len >= 2 &&
 			    (b->data[1] & EVR_F_WANT);
-		int lent = evr__bank_consume(&ctx->bank, &c->bank, &c->cr,
-					     want);
 
-		if (lent < 0) {
+		if (evr__bank_consume(&ctx->bank, &c->bank, want)) {
 			evr__srq_put_back(ctx, b);
 			proto_error(c, "a message beyond the credits lent");
 			return;
 		}
-		if (lent)
-			evr__conn_dirty(c); /* the window grew: tell the peer */
 	}
 	if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
 		uint32_t imm = be32toh(wc->imm_data);
@@ -723,7 +720,10 @@ void evr__msg_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
 		EVR__VG_DEFINED(b->data, EVR__MIN(wc->byte_len, b->size));
 	if (c->state >= EVR_CS_FAILED) {
 		/* no one reads it; its credit was used all the same */
-		evr__conn_recv_drop(c, b);
+		if (c->srq && evr__bank_consume(&ctx->bank, &c->bank, false))
+			evr__srq_put_back(ctx, b);
+		else
+			evr__conn_recv_put(c, b);
 		evr__conn_kick(c);
 		return;
 	}

@@ -9,12 +9,10 @@
  * never exceed the buffers posted", which is what keeps RNR impossible).
  * This file makes and destroys the SRQ and posts buffers to it: the
  * chunks the bank asks for (evr__srq_refill, from the loop and before a
- * connection is admitted), buffers handed back, and the conn layer's
- * re-posts, all through one step that posts a chain and says how much of
- * it went in (evr__srq_post_bufs); the books are each caller's.  Which
- * connection a receive belongs to is known only once a message lands in
- * it: its head carries the ctx, and its done (the srq_recv_done hook,
- * conn layer) finds the connection by the completion's QP number.
+ * connection is admitted), and buffers handed back.  Which connection a
+ * receive belongs to is known only once a message lands in it: its head
+ * carries the ctx, and its done (the srq_recv_done hook, conn layer) finds
+ * the connection by the completion's QP number.
  */
 #include "evrdma-int.h"
 
@@ -23,13 +21,19 @@
 
 #define EVR_SRQ_MAX_DEFAULT 16384u /* buffers, when the option is 0 */
 #define EVR_SRQ_WIN_INIT 8u	   /* credits lent at admission */
+#define EVR_SRQ_POST_BATCH 64u	   /* WRs per ibv_post_srq_recv */
 
-/* Make b a receive of the shared queue (its head's ctx and done). */
-static void buf_prep(evr_ctx *ctx, struct evr__buf *b)
+void evr__srq_buf_prep(evr_ctx *ctx, struct evr__buf *b)
 {
 	b->h.srq_ctx = ctx;
 	b->h.done = ctx->hooks.srq_recv_done;
 	b->update = false;
+}
+
+int evr__srq_post(evr_ctx *ctx, struct ibv_recv_wr *wr,
+		  struct ibv_recv_wr **bad)
+{
+	return evr__post_srq_recv(ctx->srq, wr, bad);
 }
 
 /* The most buffers the pool may own: the option, else the default, within
@@ -108,71 +112,67 @@ void evr__srq_close(evr_ctx *ctx)
 	ctx->srq = NULL;
 }
 
-unsigned evr__srq_post_bufs(evr_ctx *ctx, struct evr__buf **bufs, unsigned n,
-			    int *err)
-{
-	struct ibv_recv_wr wrs[EVR__SRQ_POST_BATCH], *bad = NULL;
-	struct ibv_sge sges[EVR__SRQ_POST_BATCH];
-	unsigned i;
-	int rc;
-
-	for (i = 0; i < n; i++) {
-		buf_prep(ctx, bufs[i]);
-		evr__recv_wr(&wrs[i], &sges[i], bufs[i]);
-		if (i)
-			wrs[i - 1].next = &wrs[i];
-	}
-	rc = evr__post_srq_recv(ctx->srq, wrs, &bad);
-	*err = rc;
-	if (!rc) {
-		ctx->st.recv_wrs += n;
-		return n;
-	}
-	EVR_ERR(ctx, "ibv_post_srq_recv failed: %s", evr_strerror(rc));
-	/* the WRs before the one it names went in */
-	for (i = 0; i < n && &wrs[i] != bad; i++)
-		;
-	ctx->st.recv_wrs += i;
-	return i;
-}
-
 int evr__srq_refill(evr_ctx *ctx)
 {
-	struct evr__buf *bufs[EVR__SRQ_POST_BATCH];
+	struct ibv_recv_wr wrs[EVR_SRQ_POST_BATCH], *bad;
+	struct ibv_sge sges[EVR_SRQ_POST_BATCH];
 	uint32_t want;
-	int err = 0, rc;
+	int err = 0;
 
 	if (!ctx->srq)
 		return 0;
 	while (!err && (want = evr__bank_want(&ctx->bank)) > 0) {
-		unsigned n, went;
+		unsigned n, i;
 
-		want = EVR__MIN(want, EVR__SRQ_POST_BATCH);
-		for (n = 0; n < want; n++)
-			if (!(bufs[n] = evr__pool_get(&ctx->pool)))
+		want = EVR__MIN(want, EVR_SRQ_POST_BATCH);
+		for (n = 0; n < want; n++) {
+			struct evr__buf *b = evr__pool_get(&ctx->pool);
+
+			if (!b) {
+				err = -ENOMEM; /* reg_mr explained why */
 				break;
-		if (n < want)
-			err = -ENOMEM; /* reg_mr explained why */
+			}
+			evr__srq_buf_prep(ctx, b);
+			evr__recv_wr(&wrs[n], &sges[n], b);
+			if (n)
+				wrs[n - 1].next = &wrs[n];
+		}
 		if (n == 0)
 			break;
-		went = evr__srq_post_bufs(ctx, bufs, n, &rc);
-		evr__bank_add(&ctx->bank, went);
-		for (; went < n; went++)
-			evr__pool_put(&ctx->pool, bufs[went]);
-		if (rc)
-			err = rc;
+		err = evr__srq_post(ctx, wrs, &bad);
+		for (i = 0; i < n; i++) {
+			if (err && &wrs[i] == bad)
+				break;
+			ctx->st.recv_wrs++;
+		}
+		evr__bank_add(&ctx->bank, i);
+		if (err)
+			EVR_ERR(ctx, "ibv_post_srq_recv failed: %s",
+				evr_strerror(err));
+		for (; i < n; i++)
+			evr__pool_put(&ctx->pool,
+				      evr__buf_of((struct evr__wr *)(uintptr_t)
+							  wrs[i].wr_id));
 	}
 	return err;
 }
 
 void evr__srq_put_back(evr_ctx *ctx, struct evr__buf *b)
 {
+	struct ibv_recv_wr wr, *bad;
+	struct ibv_sge sge;
 	int err;
 
-	if (evr__srq_post_bufs(ctx, &b, 1, &err) == 0) {
+	evr__srq_buf_prep(ctx, b);
+	evr__recv_wr(&wr, &sge, b);
+	err = evr__srq_post(ctx, &wr, &bad);
+	if (err) {
 		/* the bank counted it as posted: it owns one fewer now */
+		EVR_ERR(ctx, "ibv_post_srq_recv failed: %s", evr_strerror(err));
 		ctx->bank.posted--;
 		ctx->bank.total--;
 		evr__pool_put(&ctx->pool, b);
+		return;
 	}
+	ctx->st.recv_wrs++;
 }

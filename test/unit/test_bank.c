@@ -2,8 +2,7 @@
  * The credit bank of a shared receive queue (lib/bank.h).
  *
  * Unit cases cover the configuration check, pool growth in chunks up to
- * the limit, admission and refusal, window growth on WANT (also when the
- * receiver holds every message and re-posts none), shrinking on
+ * the limit, admission and refusal, window growth on WANT, shrinking on
  * other messages and when the bank is short, the minimum window, grant and
  * consumption overflow (-EPROTO) and detaching a connection.
  *
@@ -134,19 +133,16 @@ static void test_admit_refuse(void **state)
 }
 
 /* Consume and re-post one message of bc, the way the receive path does;
- * returns the credits lent for it: at its arrival and at the re-post. */
+ * returns the credits re-granted. */
 static uint32_t roundtrip(struct evr__bank *b, struct evr__bank_conn *bc,
 			  struct evr__credit *cr, bool want)
 {
-	int grown = evr__bank_consume(b, bc, cr, want);
-
-	assert_true(grown == 0 || grown == 1);
-	return (uint32_t)grown + evr__bank_repost(b, bc, cr, false);
+	assert_int_equal(evr__bank_consume(b, bc, want), 0);
+	return evr__bank_repost(b, bc, cr, false);
 }
 
-/* WANT grows the window by one a message, two credits for one (one as it
- * lands, one at its re-post), up to the largest window; the threshold of
- * updates follows it. */
+/* WANT grows the window by one a message, two credits for one, up to the
+ * largest window; the threshold of updates follows it. */
 static void test_grow(void **state)
 {
 	struct evr__bank b;
@@ -174,86 +170,6 @@ static void test_grow(void **state)
 	assert_int_equal(roundtrip(&b, &bc, &cr, true), 1);
 	assert_int_equal(bc.window, 64);
 	assert_int_equal(bc.lent, 64);
-	assert_true(b.lent <= b.posted);
-}
-
-/* A receiver that holds every message (evr_conn_hold) re-posts none, yet
- * the window of a sender it holds back grows all the same: the credit of
- * each step is lent as the message lands.  So the sender gets as much data
- * through as into a receive queue of the largest window's depth, not just
- * its first window's.  Credits owed go out by the flush's rules. */
-static void test_grow_held(void **state)
-{
-	struct evr__bank b;
-	struct evr__bank_conn bc = {0};
-	struct evr__credit rx, tx; /* the receiving and the sending side */
-	uint32_t queued = 1000, held = 0;
-	int grown;
-
-	(void)state;
-	bank_setup(&b, &cfg_std);
-	assert_int_equal(evr__bank_admit(&b, &bc), 0);
-	evr__credit_init(&rx, 16, cfg_std.win_max);
-	evr__credit_set_window(&rx, bc.window);
-	evr__credit_init_lent(&tx, cfg_std.win_max, cfg_std.win_init, 16);
-	for (;;) {
-		uint32_t n = evr__bank_want(&b); /* the loop refills */
-		bool want;
-
-		if (n)
-			evr__bank_add(&b, n);
-		if (!evr__credit_take(&tx, false)) {
-			/* the sender is stuck: the receiver's flush */
-			if (!evr__credit_need_update(&rx) &&
-			    !evr__credit_peer_starved(&rx, bc.lent))
-				break;
-			assert_int_equal(
-			    evr__credit_grant(&tx, evr__credit_piggyback(&rx)),
-			    0);
-			continue;
-		}
-		want = evr__credit_want(&tx, --queued);
-		grown = evr__bank_consume(&b, &bc, &rx, want);
-		assert_true(grown == 0 || grown == 1);
-		held++;
-		assert_true(b.lent <= b.posted);
-		assert_int_equal(bc.lent, tx.avail + rx.owed);
-	}
-	/* all of the largest window but the sender's reserve is held */
-	assert_int_equal(held, cfg_std.win_max -
-				   evr__credit_reserve(cfg_std.win_max));
-	assert_int_equal(bc.window, cfg_std.win_max);
-	assert_int_equal(bc.busy, held);
-	assert_int_equal(bc.lent + bc.busy, cfg_std.win_max);
-	assert_int_equal(rx.owed, 0);
-	assert_int_equal(b.grown, cfg_std.win_max - cfg_std.win_init);
-
-	/* The sender spends its reserve on two credit updates (it owes
-	 * credits for receives of its own); each lowers the target, which
-	 * falls below the footprint, and each is re-granted at once. */
-	for (int k = 0; k < 2; k++) {
-		tx.owed = 1;
-		assert_true(evr__credit_take(&tx, true));
-		evr__credit_piggyback(&tx);
-		assert_int_equal(evr__bank_consume(&b, &bc, &rx, false), 0);
-		assert_int_equal(evr__bank_repost(&b, &bc, &rx, true), 1);
-	}
-	assert_int_equal(tx.avail, 0);
-	assert_int_equal(bc.lent, evr__credit_reserve(cfg_std.win_max));
-	assert_true(bc.window < bc.lent + bc.busy);
-	assert_false(evr__credit_peer_starved(&rx, bc.lent)); /* no echo */
-	/* One message released: its credit comes back although the
-	 * footprint is above the target, because the sender holds no more
-	 * than its reserve, and one more data message goes through. */
-	assert_int_equal(evr__bank_repost(&b, &bc, &rx, false), 1);
-	assert_true(evr__credit_peer_starved(&rx, bc.lent));
-	assert_int_equal(evr__credit_grant(&tx, evr__credit_piggyback(&rx)), 0);
-	assert_true(evr__credit_take(&tx, false));
-	/* released, the rest come back as plain returns or are withheld
-	 * down to the target: never more than one credit a buffer */
-	while (bc.busy)
-		assert_true(evr__bank_repost(&b, &bc, &rx, false) <= 1);
-	assert_true(bc.lent + tx.avail <= cfg_std.win_max);
 	assert_true(b.lent <= b.posted);
 }
 
@@ -287,7 +203,7 @@ static void test_shrink_to_min(void **state)
 	}
 	assert_int_equal(cr.owed, 10);
 	/* a held buffer: the footprint stays, the re-grant waits */
-	assert_int_equal(evr__bank_consume(&b, &bc, &cr, false), 0);
+	assert_int_equal(evr__bank_consume(&b, &bc, false), 0);
 	assert_int_equal(bc.lent, 3);
 	assert_int_equal(bc.busy, 1);
 	assert_int_equal(evr__bank_repost(&b, &bc, &cr, true), 1);
@@ -315,7 +231,7 @@ static void test_short_bank(void **state)
 		;
 	assert_int_equal(evr__bank_spare(&b), cfg.win_init);
 	assert_int_equal(bc[0].lent, 32 - 8);
-	/* growth stopped where the footprint is: no target beyond it */
+	/* growth stopped: the target went back to the footprint */
 	assert_int_equal(bc[0].window, 24);
 	/* more buffers: the limit */
 	evr__bank_add(&b, evr__bank_want(&b));
@@ -357,17 +273,16 @@ static void test_overflow(void **state)
 	(void)state;
 	bank_setup(&b, &cfg_std);
 	assert_int_equal(evr__bank_admit(&b, &bc), 0);
-	evr__credit_init(&cr, 16, cfg_std.win_max);
 	for (i = 0; i < 8; i++)
-		assert_int_equal(evr__bank_consume(&b, &bc, &cr, false), 0);
-	assert_int_equal(evr__bank_consume(&b, &bc, &cr, true), -EPROTO);
+		assert_int_equal(evr__bank_consume(&b, &bc, false), 0);
+	assert_int_equal(evr__bank_consume(&b, &bc, false), -EPROTO);
 	assert_int_equal(bc.lent, 0);
 	assert_int_equal(bc.busy, 8);
 	assert_int_equal(b.lent, 0);
-	assert_int_equal(cr.owed, 0);
 
 	/* the sending side of the same connection: lent 8 of 64 at most */
 	evr__credit_init_lent(&peer, cfg_std.win_max, cfg_std.win_init, 16);
+	evr__credit_init(&cr, 16, cfg_std.win_max);
 	for (i = 0; i < 8; i++) {
 		uint32_t n = evr__bank_repost(&b, &bc, &cr, false);
 
@@ -385,16 +300,14 @@ static void test_detach(void **state)
 {
 	struct evr__bank b;
 	struct evr__bank_conn bc = {0};
-	struct evr__credit cr;
 	uint32_t spare;
 
 	(void)state;
 	bank_setup(&b, &cfg_std);
 	spare = evr__bank_spare(&b);
 	assert_int_equal(evr__bank_admit(&b, &bc), 0);
-	evr__credit_init(&cr, 16, cfg_std.win_max);
-	assert_int_equal(evr__bank_consume(&b, &bc, &cr, false), 0);
-	assert_int_equal(evr__bank_consume(&b, &bc, &cr, false), 0);
+	assert_int_equal(evr__bank_consume(&b, &bc, false), 0);
+	assert_int_equal(evr__bank_consume(&b, &bc, false), 0);
 	evr__bank_detach(&b, &bc);
 	assert_int_equal(b.orphans, 2);
 	assert_int_equal(b.nconns, 0);
@@ -617,8 +530,8 @@ static void deliver(struct sim *w, struct sconn *c)
 		if (w->srq_posted == 0)
 			fail_msg("RNR at step %u: the SRQ is empty", w->step);
 		w->srq_posted--;
-		assert_true(
-		    evr__bank_consume(&w->bank, &c->bc, &c->b, m->want) >= 0);
+		assert_int_equal(evr__bank_consume(&w->bank, &c->bc, m->want),
+				 0);
 		if (evr__credit_grant(&c->b, m->credits))
 			fail_msg("grant of %u refused at step %u", m->credits,
 				 w->step);
@@ -864,7 +777,6 @@ int main(void)
 	    cmocka_unit_test(test_init),
 	    cmocka_unit_test(test_admit_refuse),
 	    cmocka_unit_test(test_grow),
-	    cmocka_unit_test(test_grow_held),
 	    cmocka_unit_test(test_shrink_to_min),
 	    cmocka_unit_test(test_short_bank),
 	    cmocka_unit_test(test_overflow),
