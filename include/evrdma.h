@@ -215,6 +215,14 @@ struct evr_ctx_opts {
 	 *  locked-memory limit).  A connection that cannot get its first
 	 *  window from it is refused with -ENOBUFS. */
 	unsigned srq_buffers;
+	/** A connection whose peer lends it a window out of a shared pool
+	 *  and that has sent no data for this long gives back every credit
+	 *  beyond its reserve, so that idle connections do not hold the
+	 *  peer's receive buffers; the next message asks for a window again
+	 *  (one round trip more, docs/credits.md "Idle windows").  In ms,
+	 *  checked every window_idle_ms: credits go back 1 to 2 times it
+	 *  after the last send.  0: the default, 2000; UINT_MAX: never. */
+	unsigned window_idle_ms;
 };
 
 /** Fill opts with the defaults and record sizeof(*opts) in opts->size, as
@@ -313,6 +321,11 @@ struct evr_stats {
 	 *  top, and with a receive queue per connection its recv_depth
 	 *  buffers of the pool). */
 	uint32_t conn_bytes;
+	/** The idle cycle (evr_ctx_opts.window_idle_ms): credits our
+	 *  connections gave back to their peers' pools, and the times they
+	 *  asked for a window again; with a shared receive queue, credits
+	 *  our peers gave back to it (reclaimed for other connections). */
+	uint64_t window_given, window_asks, srq_reclaimed;
 };
 
 EVR_EXPORT void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out);
@@ -372,7 +385,8 @@ EVR_EXPORT int evr_ctx_process(evr_ctx *ctx);
  *  ctx (rounded up) -- the earliest of every conn's connect bound, graceful
  *  close bound, flush bound and keepalive tick -- or -1 (no deadline: until
  *  the fd is readable).  An idle conn with keepalive on has a tick every
- *  keepalive_ms / 2. */
+ *  keepalive_ms / 2, and one whose peer lends it a window a tick every
+ *  window_idle_ms. */
 EVR_EXPORT int evr_ctx_timeout_ms(evr_ctx *ctx);
 
 /* ------------------------------------------------------------------------ */

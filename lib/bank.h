@@ -15,16 +15,18 @@
  * no RNR, by construction, as with a queue per connection (credit.h).
  *
  * A footprint grows only out of spare budget (posted - lent) and shrinks
- * only by not re-granting when a consumed buffer is re-posted; it never
- * drops below the minimum window, which leaves the peer its reserve for
- * control messages plus room for data (docs/credits.md says why), so
- * credits always come back and the exchange cannot deadlock.  Each
- * connection has a target window: a message sent while the window held
- * its sender back (EVR_F_WANT) raises it by one, any other message lowers
- * it by one, down to the minimum; the footprint follows the target at re-post
- * time.  The pool grows in chunks up to a limit when the spare runs low;
- * at the limit a connection that cannot get its initial window is refused
- * (-ENOBUFS) and windows above a fair share shrink.
+ * by not re-granting when a consumed buffer is re-posted, down to the
+ * minimum window, which leaves the peer its reserve for control messages
+ * plus room for data (docs/credits.md says why), so credits always come
+ * back and the exchange cannot deadlock; or when an idle peer gives back
+ * all but its reserve (evr__bank_giveback), which it does only knowing
+ * it can ask again.  Each connection has a target window: a message sent
+ * while the window held its sender back (EVR_F_WANT) raises it by one,
+ * any other message lowers it by one, down to the minimum; the footprint
+ * follows the target at re-post time.  The pool grows in chunks up to a
+ * limit when the spare runs low; at the limit a connection that cannot
+ * get its initial window is refused (-ENOBUFS) and windows above a fair
+ * share shrink.
  *
  * The ctx owns one struct evr__bank; each connection embeds a struct
  * evr__bank_conn.  Nothing here allocates, posts or knows of verbs.
@@ -48,15 +50,16 @@ struct evr__bank_cfg {
 
 struct evr__bank {
 	struct evr__bank_cfg cfg;
-	uint32_t posted;   /* receive buffers posted to the SRQ now */
-	uint32_t lent;	   /* sum of the connections' lent */
-	uint32_t total;	   /* buffers the pool owns: posted + busy + orphans */
-	uint32_t orphans;  /* consumed by connections gone since */
-	uint32_t nconns;   /* admitted, not detached */
-	uint32_t low;	   /* below this much spare the pool wants a chunk */
-	uint64_t grown;	   /* credits lent beyond a return */
-	uint64_t withheld; /* returns not re-granted */
-	uint64_t refused;  /* connections not admitted */
+	uint32_t posted;    /* receive buffers posted to the SRQ now */
+	uint32_t lent;	    /* sum of the connections' lent */
+	uint32_t total;	    /* buffers the pool owns: posted + busy + orphans */
+	uint32_t orphans;   /* consumed by connections gone since */
+	uint32_t nconns;    /* admitted, not detached */
+	uint32_t low;	    /* below this much spare the pool wants a chunk */
+	uint64_t grown;	    /* credits lent beyond a return */
+	uint64_t withheld;  /* returns not re-granted */
+	uint64_t reclaimed; /* credits given back by idle peers */
+	uint64_t refused;   /* connections not admitted */
 };
 
 struct evr__bank_conn {
@@ -99,7 +102,7 @@ static inline int evr__bank_init(struct evr__bank *b,
 		return -EINVAL;
 	b->cfg = *cfg;
 	b->posted = b->lent = b->total = b->orphans = b->nconns = 0;
-	b->grown = b->withheld = b->refused = 0;
+	b->grown = b->withheld = b->refused = b->reclaimed = 0;
 	/* room for two admissions, or half a chunk of growth */
 	b->low = cfg->chunk / 2 > 2 * cfg->win_init ? cfg->chunk / 2
 						    : 2 * cfg->win_init;
@@ -162,7 +165,12 @@ static inline int evr__bank_consume(struct evr__bank *b,
 	b->posted--;
 	bc->busy++;
 	if (want) {
-		if (bc->window < b->cfg.win_max && !evr__bank_short(b))
+		/* back to the floor at once after a give-back (an ask);
+		 * else one more, as below the floor a data message and
+		 * its returning credit cannot both be on the way */
+		if (bc->window < bc->floor)
+			bc->window = bc->floor;
+		else if (bc->window < b->cfg.win_max && !evr__bank_short(b))
 			bc->window++;
 	} else if (bc->window > bc->floor) {
 		bc->window--;
@@ -213,6 +221,27 @@ static inline uint32_t evr__bank_repost(struct evr__bank *b,
 		evr__credit_got_update(cr);
 	evr__credit_set_window(cr, bc->window);
 	return n;
+}
+
+/*
+ * bc's peer gives back n of the credits it holds (a credit update with
+ * EVR_F_GIVE, consumed just before): it has been idle and keeps only its
+ * reserve.  Its target becomes what it keeps plus the buffers its
+ * messages still hold, except the update's own, whose credit is not
+ * re-granted at its re-post: the window may fall below the floor here,
+ * and grows again when the peer asks (EVR_F_WANT on a data message or a
+ * credit update).  -EPROTO when it gives back more than it was lent.
+ */
+static inline int evr__bank_giveback(struct evr__bank *b,
+				     struct evr__bank_conn *bc, uint32_t n)
+{
+	if (n > bc->lent || bc->busy == 0)
+		return -EPROTO;
+	bc->lent -= n;
+	b->lent -= n;
+	bc->window = bc->lent + bc->busy - 1;
+	b->reclaimed += n;
+	return 0;
 }
 
 /*

@@ -19,6 +19,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,6 +91,9 @@ void evr__conn_to(evr_conn *c, enum evr__conn_state to)
 
 static void on_timer(struct evr__timer *t);
 static void on_keepalive(struct evr__timer *t);
+static void on_idle(struct evr__timer *t);
+static void idle_ask(evr_conn *c);
+static int take_and_prepare(evr_conn *c, struct evr__op *op, bool ctrl);
 
 evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 			const struct evr_conn_opts *opts)
@@ -98,8 +102,8 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 
 	if (!c)
 		return NULL;
-	/* its two timers can then always be armed, from any callback */
-	if (evr__timers_reserve(&ctx->timers, 2)) {
+	/* its timers can then always be armed, from any callback */
+	if (evr__timers_reserve(&ctx->timers, EVR__CONN_TIMERS)) {
 		free(c);
 		return NULL;
 	}
@@ -124,6 +128,7 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 	evr__list_init(&c->flush_link);
 	evr__timer_init(&c->timer, on_timer);
 	evr__timer_init(&c->ka, on_keepalive);
+	evr__timer_init(&c->idle, on_idle);
 	if (opts->keepalive_ms > 0)
 		c->ka_idle = opts->keepalive_ms / 1000.0;
 	else if (opts->keepalive_ms == 0)
@@ -498,6 +503,9 @@ void evr__conn_established(evr_conn *c)
 		 * 1.5 idle times after the last sign of life */
 		evr__ctx_timer_after(c->ctx, &c->ka, c->ka_idle / 2);
 	}
+	if (c->peer_windowed && c->ctx->o.window_idle_ms != UINT_MAX)
+		evr__ctx_timer_after(c->ctx, &c->idle,
+				     c->ctx->o.window_idle_ms / 1000.0);
 	EVR_DBG(c->ctx, "conn %p established (peer depth %u, eager %u)",
 		(void *)c, c->peer_depth, c->peer_max_eager);
 	if (c->o.on_connect)
@@ -625,7 +633,7 @@ static void conn_free(evr_conn *c)
 	if (c->srq)
 		evr__bank_detach(&ctx->bank, &c->bank);
 	evr__runq_forget(c);
-	evr__timers_unreserve(&ctx->timers, 2);
+	evr__timers_unreserve(&ctx->timers, EVR__CONN_TIMERS);
 	free(c);
 }
 
@@ -654,6 +662,7 @@ static void conn_release(evr_conn *c)
 	evr__conn_to(c, EVR_CS_CLOSED);
 	evr__ctx_timer_stop(ctx, &c->timer);
 	evr__ctx_timer_stop(ctx, &c->ka);
+	evr__ctx_timer_stop(ctx, &c->idle);
 	if (c->qp) {
 		rdma_destroy_qp(c->id);
 		c->qp = NULL;
@@ -821,6 +830,22 @@ static int ctrl_prepare(evr_conn *c, struct evr__op *op)
 		h.len = EVR_RNDV_FIN_SIZE;
 		evr__rndv_fin_encode(b->data + EVR_HDR_SIZE, op->u.ctrl.fin_id,
 				     op->u.ctrl.fin_status);
+	} else if (op->ctrl_flags == EVR_F_WANT) {
+		h.flags = EVR_F_WANT;
+	} else if (op->ctrl_flags == EVR_F_GIVE) {
+		/* all but the reserve, now that this update has its credit
+		 * (credits that came since the tick included); none left
+		 * makes it a plain update */
+		uint32_t g = evr__credit_idle_excess(&c->cr);
+
+		if (g) {
+			h.flags = EVR_F_GIVE;
+			h.len = EVR_GIVE_SIZE;
+			evr__give_encode(b->data + EVR_HDR_SIZE, g);
+			c->cr.avail -= g;
+			c->gave_back = true;
+			ctx->st.window_given += g;
+		}
 	}
 	evr__hdr_encode(b->data, &h);
 	len = EVR_HDR_SIZE + h.len;
@@ -840,6 +865,7 @@ struct evr__op *evr__ctrl_op_new(evr_conn *c, uint8_t type)
 	if (!op)
 		return NULL;
 	op->ctrl_type = type;
+	op->ctrl_flags = 0;
 	op->credit = op->ctrl = true;
 	return op;
 }
@@ -1017,6 +1043,83 @@ static void on_keepalive(struct evr__timer *t)
 	evr__conn_dirty(c);
 }
 
+/*
+ * The idle cycle (docs/credits.md "Idle windows").  A connection whose
+ * peer lends it a window out of a shared pool and that sent no data for a
+ * whole tick (window_idle_ms) gives back every credit beyond its reserve
+ * and one: a credit update with EVR_F_GIVE.  What it keeps is not enough
+ * for a second message in flight; when data waits for a credit, it asks
+ * for a window again with a credit update carrying EVR_F_WANT, once per
+ * tick: the peer's bank restores the window as for a data message sent
+ * with EVR_F_WANT, or, short of buffers, only returns the ask's credit,
+ * and the next tick asks again.  Data that waited a whole tick for a
+ * credit asks as well, given back or not: a safety net that costs one
+ * message per tick.
+ */
+static bool idle_blocked(evr_conn *c)
+{
+	struct evr__op *op = evr__list_first_entry(&c->sendq, struct evr__op,
+						   h.link);
+
+	return op && op->credit && !evr__credit_can(&c->cr, false);
+}
+
+static void on_idle(struct evr__timer *t)
+{
+	evr_conn *c = evr__container_of(t, evr_conn, idle);
+	evr_ctx *ctx = c->ctx;
+	struct evr__op *op;
+	bool sent = c->sent_data;
+
+	if (!evr__conn_up(c))
+		return; /* and no next tick */
+	evr__ctx_timer_after(ctx, t, ctx->o.window_idle_ms / 1000.0);
+	c->sent_data = false;
+	c->asked = false; /* may ask again */
+	if (!sent && idle_blocked(c)) {
+		c->gave_back = true;
+		evr__conn_dirty(c);
+		return;
+	}
+	if (sent || !evr__list_empty(&c->sendq) ||
+	    !evr__list_empty(&c->ctrlq) || c->peer_bye ||
+	    !evr__credit_idle_worth(&c->cr))
+		return;
+	op = evr__ctrl_op_new(c, EVR_T_CREDIT);
+	if (!op)
+		return; /* the next tick tries again */
+	op->ctrl_flags = EVR_F_GIVE;
+	evr__list_add_tail(&c->ctrlq, &op->h.link);
+	evr__conn_dirty(c);
+}
+
+/* From the flush of a conn that gave its window back (or starved a
+ * tick): done once data credits came back; else, with data waiting for
+ * one, ask. */
+static void idle_ask(evr_conn *c)
+{
+	struct evr__op *op;
+
+	if (evr__credit_can(&c->cr, false)) {
+		c->gave_back = c->asked = false;
+		return;
+	}
+	if (c->asked || !idle_blocked(c) || !evr__credit_can(&c->cr, true) ||
+	    evr__sq_room(&c->sq) == 0)
+		return;
+	op = evr__ctrl_op_new(c, EVR_T_CREDIT);
+	if (!op)
+		return;
+	op->ctrl_flags = EVR_F_WANT;
+	if (take_and_prepare(c, op, true)) {
+		evr__op_free(c->ctx, op);
+		return;
+	}
+	evr__sq_add(&c->sq, op);
+	c->asked = true;
+	c->ctx->st.window_asks++;
+}
+
 /* Take the op's credit, then build its WR.  In this order: whether the
  * last credit may go depends on the credits owed (credit.h), and building
  * the header piggybacks them.  A failed build gives the credit back (it
@@ -1075,8 +1178,10 @@ void evr__conn_flush(evr_conn *c)
 		if (op->credit && !evr__credit_can(&c->cr, false))
 			break;
 		evr__list_del(&op->h.link);
-		if (op->credit)
+		if (op->credit) {
 			c->nsendq_credit--; /* what waits behind it (WANT) */
+			c->sent_data = true; /* not idle (on_idle) */
+		}
 		evr__op_unqueue(c, op);
 		err = take_and_prepare(c, op, false);
 		if (err) {
@@ -1085,6 +1190,8 @@ void evr__conn_flush(evr_conn *c)
 		}
 		evr__sq_add(&c->sq, op);
 	}
+	if (c->gave_back)
+		idle_ask(c);
 	if ((evr__credit_need_update(&c->cr) ||
 	     evr__credit_peer_starved(&c->cr, c->srq ? c->bank.lent
 							       : c->recv_posted)) &&

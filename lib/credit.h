@@ -155,6 +155,28 @@ static inline bool evr__credit_want(const struct evr__credit *c,
 	return queued > 0 && (uint64_t)queued + c->reserved > c->avail;
 }
 
+/*
+ * Credits to give back after an idle spell, when the give-back (a credit
+ * update, which takes one of them first) has its credit: all but the
+ * reserve and one.  The one keeps the next ask possible: a bare credit
+ * update may take a credit the peer then returns only with its next
+ * message, and an ask needs two (the last credit goes only with credits
+ * on board, evr__credit_can()); it is also the first message's credit
+ * when the window comes back.  0 when nothing more is held.
+ */
+static inline uint32_t evr__credit_idle_excess(const struct evr__credit *c)
+{
+	return c->avail > c->reserved + 1 ? c->avail - c->reserved - 1 : 0;
+}
+
+/* Is an idle give-back worth a message?  Yes with a credit to give back
+ * beyond the one the message itself takes: the peer's pool gets both (it
+ * does not re-grant the message's own). */
+static inline bool evr__credit_idle_worth(const struct evr__credit *c)
+{
+	return c->avail >= c->reserved + 3;
+}
+
 /* Should an explicit credit update go out (no traffic to carry it)?  A
  * quarter of our receive queue (of the window we lend) is worth a message
  * of its own.  The

@@ -93,6 +93,8 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 		ctx->o.listen_backlog = 4096;
 	if (!ctx->o.connect_reply_ms)
 		ctx->o.connect_reply_ms = 30000;
+	if (!ctx->o.window_idle_ms)
+		ctx->o.window_idle_ms = 2000;
 	if (!ctx->o.send_queue_lowat)
 		ctx->o.send_queue_lowat = ctx->o.send_queue_limit / 2;
 	ctx->o.device = NULL; /* not kept: the caller owns the strings */
@@ -253,6 +255,7 @@ void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out)
 		out->srq_refused = (uint32_t)ctx->bank.refused;
 		out->srq_grown = ctx->bank.grown;
 		out->srq_withheld = ctx->bank.withheld;
+		out->srq_reclaimed = ctx->bank.reclaimed;
 	}
 }
 

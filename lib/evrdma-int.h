@@ -147,6 +147,7 @@ struct evr__op {
 	bool ctrl;	    /* may use the reserved credits */
 	bool queued;	    /* msg.len is counted in conn->queued_bytes */
 	uint8_t ctrl_type;  /* CTRL: EVR_T_CREDIT or EVR_T_RNDV_FIN */
+	uint8_t ctrl_flags; /* CTRL CREDIT: EVR_F_WANT or EVR_F_GIVE */
 	uint16_t iovcnt;    /* EAGER/RNDV from iovecs, until built */
 	struct evr__wqe wqe;
 	union {
@@ -454,6 +455,7 @@ struct evr_msg {
 };
 
 /* ---- deadlines (timer.c): one binary min-heap per ctx ---- */
+#define EVR__CONN_TIMERS 3 /* timer, ka, idle: slots a conn reserves */
 struct evr__timer;
 typedef void (*evr__timer_fn)(struct evr__timer *t);
 struct evr__timer {
@@ -489,9 +491,11 @@ struct evr_conn {
 	bool in_recv;	     /* inside on_recv (evr_conn_hold allowed) */
 	int error;	     /* why it ends (0: local graceful close) */
 	struct evr_conn_opts o;
-	/* On the ctx's deadline heap (timer.c); two slots reserved per conn */
+	/* On the ctx's deadline heap (timer.c); EVR__CONN_TIMERS slots
+	 * reserved per conn */
 	struct evr__timer timer; /* connect / close / flush bound */
 	struct evr__timer ka;	 /* keepalive tick */
+	struct evr__timer idle;	 /* idle window tick (window_idle_ms) */
 	double ka_idle, ka_timeout; /* seconds; ka_idle 0: off */
 	double last_act;       /* ev_now() of the last completion */
 	double probe_sent;     /* ev_now() of the probe in flight, or 0 */
@@ -524,6 +528,10 @@ struct evr_conn {
 	 * ctx's pool and the bank lends the peer its window */
 	bool srq;
 	bool peer_windowed;  /* the peer lends us a window: tell it EVR_F_WANT */
+	/* the idle cycle (docs/credits.md "Idle windows") */
+	bool sent_data;	     /* a data message went since the last idle tick */
+	bool gave_back;	     /* we gave the window back: ask before sending */
+	bool asked;	     /* asked for a window this idle tick */
 	uint16_t lend_init;  /* handshake init_window we announce (0: all) */
 	uint16_t req_window; /* accepting: the request's init_window */
 	struct evr__bank_conn bank;

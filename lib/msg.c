@@ -622,10 +622,25 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 
 	switch (p.hdr.type) {
 	case EVR_T_CREDIT:
+		/* the idle cycle (conn.c on_idle): only towards a window we
+		 * lend; the bank has grown it already for an ask */
+		if (p.hdr.flags && !(c->srq && c->lend_init)) {
+			evr__conn_recv_put(c, b);
+			proto_error(c, "window flags from a peer lent no window");
+			return;
+		}
+		if (p.give &&
+		    evr__bank_giveback(&ctx->bank, &c->bank, p.give)) {
+			evr__conn_recv_put(c, b);
+			proto_error(c, "more credits given back than lent");
+			return;
+		}
 		/* with a shared queue the bank tells the credit state when
-		 * (and if) it re-grants this buffer's credit */
+		 * (and if) it re-grants this buffer's credit; an ask is no
+		 * bare update: its credit comes back at once (a starved
+		 * peer), so that it can ask again */
 		if (c->srq)
-			b->update = true;
+			b->update = !(p.hdr.flags & EVR_F_WANT);
 		else
 			evr__credit_got_update(&c->cr);
 		repost(c, b);

@@ -55,6 +55,7 @@ void evr_ctx_opts_init_sz(struct evr_ctx_opts *opts, size_t size)
 	o.listen_backlog = 4096;
 	o.connect_reply_ms = 30000;
 	o.srq = EVR_SRQ_AUTO;
+	o.window_idle_ms = 2000;
 	/* write no more than the caller's struct holds; zero what it has
 	 * beyond ours (fields of a newer header: theirs default to 0) */
 	memcpy(opts, &o, EVR__MIN(size, sizeof(o)));

@@ -67,6 +67,11 @@ void evr__rndv_fin_encode(uint8_t *out, uint32_t id, int32_t status)
 	put32(out + 4, (uint32_t)status);
 }
 
+void evr__give_encode(uint8_t *out, uint32_t n)
+{
+	put32(out, n);
+}
+
 #define FAIL(reason)                                                           \
 	do {                                                                   \
 		if (why)                                                       \
@@ -86,8 +91,10 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 	out->hdr.flags = p[1];
 	out->hdr.credits = get16(p + 2);
 	out->hdr.len = get32(p + 4);
-	if (out->hdr.flags & ~EVR_F_WANT)
+	if (out->hdr.flags & ~(EVR_F_WANT | EVR_F_GIVE))
 		FAIL("unknown header flags");
+	if ((out->hdr.flags & EVR_F_GIVE) && out->hdr.type != EVR_T_CREDIT)
+		FAIL("give-back flag on a message other than a credit update");
 	if ((size_t)out->hdr.len != n - EVR_HDR_SIZE)
 		FAIL("header length does not match the bytes received");
 	p += EVR_HDR_SIZE;
@@ -112,7 +119,7 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 		if (out->rndv.addr + out->rndv.len < out->rndv.addr)
 			FAIL("rendezvous address range wraps");
 		return 0;
-	/* control messages carry no flags: EVR_F_WANT is for data */
+	/* control messages carry no flags but the idle cycle's on CREDIT */
 	case EVR_T_RNDV_FIN:
 		if (out->hdr.flags)
 			FAIL("window flag on a rendezvous finish");
@@ -124,10 +131,18 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 			FAIL("rendezvous finish with a bad status");
 		return 0;
 	case EVR_T_CREDIT:
-		if (out->hdr.flags)
-			FAIL("window flag on a credit update");
-		if (out->hdr.len != 0)
-			FAIL("credit update with a payload");
+		if (out->hdr.flags == (EVR_F_WANT | EVR_F_GIVE))
+			FAIL("credit update that both asks and gives back");
+		if (!(out->hdr.flags & EVR_F_GIVE)) {
+			if (out->hdr.len != 0)
+				FAIL("credit update with a payload");
+			return 0;
+		}
+		if (out->hdr.len != EVR_GIVE_SIZE)
+			FAIL("give-back of the wrong size");
+		out->give = get32(p);
+		if (out->give == 0 || out->give > 0xffff)
+			FAIL("give-back of no credits or beyond any window");
 		return 0;
 	case EVR_T_BYE:
 		if (out->hdr.flags)

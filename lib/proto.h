@@ -18,7 +18,7 @@ enum evr__msg_type {
 	EVR_T_EAGER = 1,    /* header + payload */
 	EVR_T_RNDV_REQ = 2, /* header + evr__rndv_req: read my buffer */
 	EVR_T_RNDV_FIN = 3, /* header + evr__rndv_fin: done reading it */
-	EVR_T_CREDIT = 4,   /* header only: credits returned */
+	EVR_T_CREDIT = 4,   /* credits returned; asks or gives back (flags) */
 	EVR_T_BYE = 5,	    /* header only: closing, all my messages are sent */
 	EVR_T_MAX = 5,
 };
@@ -27,6 +27,7 @@ enum evr__msg_type {
 #define EVR_HDR_SIZE 8
 #define EVR_RNDV_REQ_SIZE 24 /* addr u64 | len u64 | rkey u32 | id u32 */
 #define EVR_RNDV_FIN_SIZE 8  /* id u32 | status u32 */
+#define EVR_GIVE_SIZE 4	     /* count u32: credits given back */
 
 /*
  * Header flags.  EVR_F_WANT: "my window held me back" -- more data
@@ -34,10 +35,19 @@ enum evr__msg_type {
  * a receiver lending credits out of a shared receive queue grows the
  * sender's window (docs/credits.md).  Legal on data messages only (EAGER,
  * RNDV_REQ); a sender sets it only towards a peer whose handshake carried
- * a non-zero initial window.  Any other bit, or EVR_F_WANT on a control
- * message (RNDV_FIN, CREDIT, BYE), is -EPROTO.
+ * a non-zero initial window.
+ *
+ * On a credit update (CREDIT) the two window flags are the idle cycle of
+ * a windowed connection (docs/credits.md "Idle windows"): EVR_F_GIVE, "I
+ * give back this many of the credits you lent me" (a u32 count in a
+ * 4-byte body, 1..65535), sent by a side that has had nothing to send for
+ * a while; EVR_F_WANT, "I have data waiting and only my reserve: lend me
+ * a window again".  Both go only to a peer whose handshake carried a
+ * non-zero initial window.  Both together, any other bit, or a flag on
+ * RNDV_FIN or BYE is -EPROTO.
  */
 #define EVR_F_WANT 0x01u
+#define EVR_F_GIVE 0x02u
 
 struct evr__hdr {
 	uint8_t type;
@@ -66,11 +76,13 @@ struct evr__parsed {
 	struct evr__rndv_req rndv; /* RNDV_REQ */
 	uint32_t fin_id;	   /* RNDV_FIN */
 	int32_t fin_status;	   /* RNDV_FIN: 0 or -errno of the reader */
+	uint32_t give;		   /* CREDIT with EVR_F_GIVE: credits back */
 };
 
 void evr__hdr_encode(uint8_t *out, const struct evr__hdr *h);
 void evr__rndv_req_encode(uint8_t *out, const struct evr__rndv_req *r);
 void evr__rndv_fin_encode(uint8_t *out, uint32_t id, int32_t status);
+void evr__give_encode(uint8_t *out, uint32_t n); /* EVR_F_GIVE's body */
 
 /*
  * Decode and validate a received message of n bytes.  Returns 0, or

@@ -6,10 +6,13 @@
  * client) and takes back what a closed connection was lent; and peers of
  * either kind (shared queue or a queue per connection) talking to each
  * other.  Refusal and reclaim run on both driving paths: the pool is
- * refilled and closed conns are reaped from the loop.
+ * refilled and closed conns are reaped from the loop; so does the idle
+ * cycle (windows given back after window_idle_ms, asked for again), which
+ * runs on a timer.
  */
 #include "rt_drive.h"
 
+#include <limits.h>
 #include <stdbool.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -86,6 +89,9 @@ static void stream_init(struct stream *s, struct ev_loop *loop,
 	so.srq = srv;
 	rt_ctx_opts(&co);
 	co.srq = cli;
+	/* the windows these tests assert must not be given back when a
+	 * slow run leaves a sender idle for a while (test_idle_cycle) */
+	so.window_idle_ms = co.window_idle_ms = UINT_MAX;
 	rt_pair_init2(&s->p, loop, &so, &co);
 	s->p.srv.user = s;
 	s->p.srv_opts.on_recv = srv_recv;
@@ -461,6 +467,244 @@ static void test_pool_per_ctx(void **state)
 	ev_loop_destroy(loop);
 }
 
+/*
+ * The idle cycle (docs/credits.md "Idle windows"), on one ctx connected to
+ * itself with a shared queue: each end lends the other 8 at first.
+ * Neither sends: within two ticks of window_idle_ms each gives back all
+ * but its reserve and one (3 kept, 4 given back, and the give-back's own
+ * buffer not re-granted), and the pool has 5 of 8 back per end.  Then the
+ * client sends two messages, and the server holds the first: the kept
+ * credit carries it, and the second goes only because the client asks
+ * (EVR_F_WANT on a credit update), once.  Then 298 more: every message
+ * arrives once, in order, whole, and the window grows past the initial
+ * 8.  Idle again, the client gives back again.
+ */
+#define IDLE_MS 200
+#define IDLE_N 300
+
+struct idle {
+	struct rt_drv d;
+	evr_ctx *ctx;
+	evr_listener *l;
+	struct rt_side cli, srv;
+	uint32_t got, bad, sent_ok, sent_err;
+	unsigned max_window;
+	bool hold;
+	evr_msg *held;
+	uint8_t buf[IDLE_N][MSG_LEN];
+};
+
+static void idle_recv(evr_conn *c, const void *data, size_t len, void *arg)
+{
+	struct idle *t = ((struct rt_side *)arg)->user;
+	struct evr_conn_info ci;
+
+	if (len != MSG_LEN || rt_verify(data, len, t->got) != -1)
+		t->bad++;
+	t->got++;
+	assert_int_equal(evr_conn_info(c, &ci), 0);
+	if (ci.recv_window > t->max_window)
+		t->max_window = ci.recv_window;
+	if (t->hold && !t->held) {
+		t->held = evr_conn_hold(c);
+		assert_non_null(t->held);
+	}
+}
+
+static int idle_got2(void *arg)
+{
+	struct idle *t = arg;
+
+	return t->got >= 2 && t->sent_ok + t->sent_err >= 2;
+}
+
+static void idle_sent(evr_conn *c, int status, void *arg)
+{
+	struct idle *t = arg;
+
+	(void)c;
+	if (status)
+		t->sent_err++;
+	else
+		t->sent_ok++;
+}
+
+static void idle_accept(evr_listener *l, evr_conn_req *req, const void *ud,
+			size_t ulen, void *arg)
+{
+	struct idle *t = arg;
+	struct evr_conn_opts o;
+
+	(void)l, (void)ud, (void)ulen;
+	evr_conn_opts_init(&o);
+	o.on_connect = rt_side_connect;
+	o.on_close = rt_side_close;
+	o.on_recv = idle_recv;
+	o.arg = &t->srv;
+	assert_int_equal(evr_accept(req, &o, NULL), 0);
+}
+
+static int idle_up(void *arg)
+{
+	struct idle *t = arg;
+
+	return t->cli.connects && (t->cli.connect_status || t->srv.connects);
+}
+
+static unsigned credits(evr_conn *c)
+{
+	struct evr_conn_info ci;
+
+	assert_int_equal(evr_conn_info(c, &ci), 0);
+	return ci.send_credits;
+}
+
+static unsigned window(evr_conn *c)
+{
+	struct evr_conn_info ci;
+
+	assert_int_equal(evr_conn_info(c, &ci), 0);
+	return ci.recv_window;
+}
+
+/* Both ends hold their reserve and one, and lend no more. */
+static int idle_given(void *arg)
+{
+	struct idle *t = arg;
+
+	return credits(t->cli.conn) == 3 && credits(t->srv.conn) == 3 &&
+	       window(t->cli.conn) == 3 && window(t->srv.conn) == 3;
+}
+
+static int idle_all_got(void *arg)
+{
+	struct idle *t = arg;
+
+	return t->got >= IDLE_N && t->sent_ok + t->sent_err >= IDLE_N;
+}
+
+static int idle_closed(void *arg)
+{
+	struct idle *t = arg;
+
+	return t->cli.closes && t->srv.closes;
+}
+
+static void run_idle_cycle(enum rt_path path)
+{
+	struct idle *t = calloc(1, sizeof(*t));
+	struct evr_ctx_opts o;
+	struct evr_conn_opts co;
+	struct evr_stats st;
+	uint32_t i;
+
+	assert_non_null(t);
+	rt_drv_init(&t->d, path);
+	rt_ctx_opts(&o);
+	o.srq = EVR_SRQ_ON;
+	o.window_idle_ms = IDLE_MS;
+	t->ctx = rt_drv_ctx(&t->d, &o);
+	t->srv.user = t->cli.user = t;
+	assert_int_equal(evr_listen(t->ctx, rt_addr(), 0, 16, idle_accept, t,
+				    &t->l),
+			 0);
+	evr_conn_opts_init(&co);
+	co.on_connect = rt_side_connect;
+	co.on_close = rt_side_close;
+	co.arg = &t->cli;
+	assert_int_equal(evr_connect(t->ctx, rt_addr(),
+				     evr_listener_port(t->l), &co, NULL),
+			 0);
+	assert_int_equal(rt_drv_run_until(&t->d, idle_up, t, 20), 0);
+	assert_int_equal(t->cli.connect_status, 0);
+	assert_int_equal(t->srv.connect_status, 0);
+	evr_ctx_stats(t->ctx, &st);
+	assert_int_equal(st.srq_lent, 16);
+	assert_int_equal(st.window_given, 0);
+
+	/* idle: each end gives back 4 and keeps 3 */
+	assert_int_equal(rt_drv_run_until(&t->d, idle_given, t, 20), 0);
+	evr_ctx_stats(t->ctx, &st);
+	printf("# %s: idle after %u ms: %llu credits given back, %llu "
+	       "reclaimed, %u lent of %u posted\n",
+	       rt_path_name(path), IDLE_MS,
+	       (unsigned long long)st.window_given,
+	       (unsigned long long)st.srq_reclaimed, st.srq_lent,
+	       st.srq_posted);
+	assert_int_equal(st.window_given, 8);
+	assert_int_equal(st.srq_reclaimed, 8);
+	assert_int_equal(st.srq_lent, 6);
+	assert_int_equal(st.window_asks, 0);
+	assert_true(st.srq_lent <= st.srq_posted);
+
+	/* the kept credit carries the first message, held by the server:
+	 * the second must ask */
+	t->hold = true;
+	for (i = 0; i < IDLE_N; i++)
+		rt_fill(t->buf[i], MSG_LEN, i);
+	for (i = 0; i < 2; i++)
+		assert_int_equal(evr_send(t->cli.conn, t->buf[i], MSG_LEN,
+					  idle_sent, t),
+				 0);
+	assert_int_equal(rt_drv_run_until(&t->d, idle_got2, t, 20), 0);
+	assert_int_equal(t->got, 2);
+	assert_int_equal(t->sent_ok, 2);
+	assert_non_null(t->held);
+	evr_ctx_stats(t->ctx, &st);
+	assert_int_equal(st.window_asks, 1);
+	evr_msg_release(t->held);
+	t->hold = false;
+
+	/* a burst: the window grows back */
+	for (i = 2; i < IDLE_N; i++) {
+		assert_int_equal(evr_send(t->cli.conn, t->buf[i], MSG_LEN,
+					  idle_sent, t),
+				 0);
+	}
+	assert_int_equal(rt_drv_run_until(&t->d, idle_all_got, t, 60), 0);
+	assert_int_equal(t->got, IDLE_N);
+	assert_int_equal(t->bad, 0);
+	assert_int_equal(t->sent_ok, IDLE_N);
+	assert_int_equal(t->sent_err, 0);
+	evr_ctx_stats(t->ctx, &st);
+	printf("# %s: %u messages after the idle spell: %llu ask(s), window "
+	       "back to %u\n",
+	       rt_path_name(path), IDLE_N,
+	       (unsigned long long)st.window_asks, t->max_window);
+	assert_true(t->max_window > 8);
+	assert_true(st.srq_lent <= st.srq_posted);
+
+	/* idle again: given back again */
+	assert_int_equal(rt_drv_run_until(&t->d, idle_given, t, 20), 0);
+	evr_ctx_stats(t->ctx, &st);
+	assert_true(st.window_given > 8);
+	assert_int_equal(st.srq_lent, 6);
+
+	assert_int_equal(evr_conn_close(t->cli.conn, 0), 0);
+	assert_int_equal(rt_drv_run_until(&t->d, idle_closed, t, 20), 0);
+	assert_int_equal(t->cli.close_status, 0);
+	assert_int_equal(t->cli.closes, 1);
+	assert_int_equal(t->srv.closes, 1);
+	assert_int_equal(t->got, IDLE_N); /* nothing more, nothing twice */
+	evr_listener_close(t->l);
+	rt_drv_detach(&t->d);
+	evr_ctx_destroy(t->ctx);
+	rt_drv_fini(&t->d);
+	free(t);
+}
+
+static void test_idle_cycle_libev(void **state)
+{
+	(void)state;
+	run_idle_cycle(RT_LIBEV);
+}
+
+static void test_idle_cycle_embed(void **state)
+{
+	(void)state;
+	run_idle_cycle(RT_EMBED);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -469,6 +713,8 @@ int main(void)
 		cmocka_unit_test(test_pool_refuses_libev),
 		cmocka_unit_test(test_pool_refuses_embed),
 		cmocka_unit_test(test_pool_per_ctx),
+		cmocka_unit_test(test_idle_cycle_libev),
+		cmocka_unit_test(test_idle_cycle_embed),
 	};
 
 	rt_init(300);

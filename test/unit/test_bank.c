@@ -321,13 +321,15 @@ static void test_detach(void **state)
 
 /* ---- many connections on one bank ---- */
 
-enum { M_EAGER, M_REQ, M_FIN, M_CREDIT };
+/* M_GIVE and M_ASK: credit updates with EVR_F_GIVE and EVR_F_WANT */
+enum { M_EAGER, M_REQ, M_FIN, M_CREDIT, M_GIVE, M_ASK };
 
 struct wmsg {
 	uint32_t arrive;
 	uint16_t credits;
 	uint8_t type;
 	uint8_t want;
+	uint32_t give;
 };
 
 #define MAX_CONNS 2000
@@ -361,6 +363,11 @@ struct sconn {
 	unsigned ba_credits; /* credits carried by ba[] */
 	uint32_t max_window;
 	unsigned long wants; /* messages that said WANT */
+	/* the idle cycle (conn.c on_idle, idle_ask) */
+	uint32_t last_data, tick_at;
+	bool gave_back, asked;
+	unsigned ab_give; /* credits given back in ab[] */
+	unsigned long gives, asks;
 	bool busy;
 	unsigned long total;
 };
@@ -371,8 +378,9 @@ struct sim_cfg {
 	unsigned idle_per_mille; /* chance of an idle burst each step */
 	unsigned hold, read, latency, rndv_pct, refill;
 	struct evr__bank_cfg bank;
-	bool expect_big; /* the limit leaves room for large windows; if not,
-			    the bank must have been short */
+	bool expect_big;     /* the limit leaves room for large windows; if not,
+				the bank must have been short */
+	unsigned idle_after; /* steps without data before a give-back; 0: off */
 };
 
 struct sim {
@@ -405,7 +413,8 @@ static uint32_t arrival(struct sim *w, const struct wmsg *ring, unsigned head,
 }
 
 /* The remote side sends to the ctx. */
-static void send_ab(struct sim *w, struct sconn *c, uint8_t type, bool want)
+static struct wmsg *send_ab(struct sim *w, struct sconn *c, uint8_t type,
+			    bool want)
 {
 	struct wmsg *m;
 	uint32_t t = arrival(w, c->ab, c->ab_head, c->ab_tail, AB_CAP);
@@ -417,8 +426,10 @@ static void send_ab(struct sim *w, struct sconn *c, uint8_t type, bool want)
 	c->wants += want;
 	m->credits = evr__credit_piggyback(&c->a);
 	m->arrive = t;
-	if (type != M_CREDIT)
+	m->give = 0;
+	if (type == M_EAGER || type == M_REQ || type == M_FIN)
 		c->inbusy++;
+	return m;
 }
 
 /* The ctx sends to the remote side. */
@@ -470,8 +481,45 @@ static void flush_remote(struct sim *w, struct sconn *c)
 	while (n-- && c->to_send && evr__credit_take(&c->a, false)) {
 		c->to_send--;
 		c->sent++;
+		c->last_data = w->step;
 		send_ab(w, c, rnd(w, 100) < w->cfg->rndv_pct ? M_REQ : M_EAGER,
 			evr__credit_want(&c->a, c->to_send));
+	}
+	if (w->cfg->idle_after) {
+		unsigned tick = w->cfg->idle_after;
+		struct wmsg *m;
+
+		bool give = false;
+
+		if (w->step - c->tick_at >= tick) {
+			/* on_idle: data that waited a whole tick asks, a
+			 * conn that sent nothing gives back */
+			bool sent = c->last_data >= c->tick_at;
+
+			c->tick_at = w->step;
+			c->asked = false;
+			if (!sent && c->to_send &&
+			    !evr__credit_can(&c->a, false))
+				c->gave_back = true;
+			give = !sent && !c->to_send;
+		}
+		if (c->gave_back && evr__credit_can(&c->a, false))
+			c->gave_back = c->asked = false;
+		if (c->gave_back && !c->asked && c->to_send &&
+		    evr__credit_take(&c->a, true)) {
+			send_ab(w, c, M_ASK, true);
+			c->asked = true;
+			c->asks++;
+		}
+		if (give && evr__credit_idle_worth(&c->a) &&
+		    evr__credit_take(&c->a, true)) {
+			m = send_ab(w, c, M_GIVE, false);
+			m->give = evr__credit_idle_excess(&c->a);
+			c->a.avail -= m->give;
+			c->ab_give += m->give;
+			c->gave_back = true;
+			c->gives++;
+		}
 	}
 	if ((evr__credit_need_update(&c->a) ||
 	     evr__credit_peer_starved(&c->a, c->a_posted)) &&
@@ -490,11 +538,12 @@ static void flush_ctx(struct sim *w, struct sconn *c)
 			i++;
 			continue;
 		}
-		if (c->b_repost_type[i] != M_CREDIT)
+		if (c->b_repost_type[i] < M_CREDIT)
 			c->inbusy--;
 		w->srq_posted++;
 		evr__bank_repost(&w->bank, &c->bc, &c->b,
-				 c->b_repost_type[i] == M_CREDIT);
+				 c->b_repost_type[i] == M_CREDIT ||
+				     c->b_repost_type[i] == M_GIVE);
 		c->b_nrepost--;
 		c->b_repost_at[i] = c->b_repost_at[c->b_nrepost];
 		c->b_repost_type[i] = c->b_repost_type[c->b_nrepost];
@@ -535,6 +584,11 @@ static void deliver(struct sim *w, struct sconn *c)
 		if (evr__credit_grant(&c->b, m->credits))
 			fail_msg("grant of %u refused at step %u", m->credits,
 				 w->step);
+		if (m->type == M_GIVE) {
+			assert_int_equal(
+			    evr__bank_giveback(&w->bank, &c->bc, m->give), 0);
+			c->ab_give -= m->give;
+		}
 		if (m->type == M_EAGER)
 			when += rnd(w, w->cfg->hold);
 		if (m->type == M_EAGER || m->type == M_REQ)
@@ -592,7 +646,7 @@ static void check_books(struct sim *w)
 	for (i = 0; i < w->cfg->nconns; i++) {
 		struct sconn *c = &w->c[i];
 		unsigned out = c->a.avail + (c->ab_tail - c->ab_head) +
-			       c->ba_credits + c->b.owed;
+			       c->ab_give + c->ba_credits + c->b.owed;
 
 		if (out != c->bc.lent)
 			fail_msg("conn %u at step %u: %u credits out, the "
@@ -602,7 +656,12 @@ static void check_books(struct sim *w)
 		lent += c->bc.lent;
 		if (c->bc.window > c->max_window)
 			c->max_window = c->bc.window;
-		if (c->bc.lent + c->bc.busy < w->cfg->bank.win_min)
+		/* below the minimum only by giving back, never below the
+		 * reserve */
+		if (c->bc.lent + c->bc.busy < w->cfg->bank.win_min &&
+		    (!c->gives ||
+		     c->bc.lent + c->bc.busy <
+			 evr__credit_reserve(w->cfg->bank.win_max)))
 			fail_msg("conn %u below the minimum window", i);
 	}
 	if (sum > w->srq_posted)
@@ -614,10 +673,11 @@ static void check_books(struct sim *w)
 	assert_true(w->bank.total <= w->cfg->bank.limit);
 }
 
-static bool conn_active(const struct sconn *c)
+static bool conn_active(const struct sim *w, const struct sconn *c)
 {
 	return c->queued < c->total || c->to_send || c->nread || c->fin_due ||
-	       c->inbusy;
+	       c->inbusy ||
+	       (w->cfg->idle_after && evr__credit_idle_worth(&c->a));
 }
 
 static bool conn_moving(const struct sconn *c)
@@ -676,7 +736,7 @@ static void run_sim(const struct sim_cfg *cfg, unsigned seed)
 				flush_remote(w, c);
 			}
 			deliver(w, c);
-			active |= conn_active(c);
+			active |= conn_active(w, c);
 			moving |= conn_moving(c);
 		}
 		check_books(w);
@@ -692,8 +752,27 @@ static void run_sim(const struct sim_cfg *cfg, unsigned seed)
 			fail_msg("credit updates still moving %u steps after "
 				 "the data (seed %u)",
 				 w->step - settled_at, seed);
-		if (w->step > 20 * cfg->busy_total + 200000)
+		if (w->step > 20 * cfg->busy_total + 200000) {
+			for (i = 0; i < cfg->nconns; i++) {
+				struct sconn *c = &w->c[i];
+
+				if (conn_active(w, c) || conn_moving(c))
+					print_message(
+					    "conn %u: queued %lu/%lu to_send "
+					    "%u avail %u owed %u "
+					    "inbusy %u nread %u fin %u | lent "
+					    "%u busy %u win %u b.avail %u "
+					    "b.owed %u quiet %u gave %d asked "
+					    "%d\n",
+					    i, c->queued, c->total, c->to_send,
+					    c->a.avail, c->a.owed, c->inbusy,
+					    c->nread, c->fin_due, c->bc.lent,
+					    c->bc.busy, c->bc.window,
+					    c->b.avail, c->b.owed, c->b.quiet,
+					    c->gave_back, c->asked);
+			}
 			fail_msg("deadlock (seed %u, step %u)", seed, w->step);
+		}
 	}
 	for (i = 0; i < cfg->nconns; i++) {
 		struct sconn *c = &w->c[i];
@@ -706,14 +785,38 @@ static void run_sim(const struct sim_cfg *cfg, unsigned seed)
 			fail_msg("busy conn %u reached a window of %u only "
 				 "(seed %u)",
 				 i, c->max_window, seed);
-		if (!c->busy && (c->bc.window != cfg->bank.win_min ||
-				 c->bc.lent != cfg->bank.win_min))
+		if (cfg->idle_after) {
+			/* every conn ends idle: its reserve and one, and
+			 * what came back since (less than 2 more, else it
+			 * would give back again), the pool's buffers free
+			 * for others */
+			uint32_t r = evr__credit_reserve(cfg->bank.win_max);
+
+			if (c->a.avail > r + 2 || c->bc.lent > r + 3 ||
+			    c->bc.lent != c->a.avail + c->b.owed)
+				fail_msg("idle conn %u holds %u credits, lent "
+					 "%u (seed %u)",
+					 i, c->a.avail, c->bc.lent, seed);
+		} else if (!c->busy && (c->bc.window != cfg->bank.win_min ||
+					c->bc.lent != cfg->bank.win_min))
 			fail_msg("idle conn %u ends with window %u, lent %u "
 				 "(%lu of %lu messages said WANT, seed %u)",
 				 i, c->bc.window, c->bc.lent, c->wants,
 				 c->total, seed);
 	}
 	assert_int_equal(w->bank.posted, w->bank.total);
+	if (cfg->idle_after) {
+		unsigned long gives = 0, asks = 0;
+
+		for (i = 0; i < cfg->nconns; i++)
+			gives += w->c[i].gives, asks += w->c[i].asks;
+		if (!gives || !asks || !w->bank.reclaimed)
+			fail_msg(
+			    "idle cycle not run: %lu give-backs, %lu asks, "
+			    "%lu reclaimed (seed %u)",
+			    gives, asks, (unsigned long)w->bank.reclaimed,
+			    seed);
+	}
 	if (!cfg->expect_big && !w->short_steps)
 		fail_msg("the bank was never short (seed %u)", seed);
 	/* late connections: admitted while the pool can grow, refused only
@@ -748,18 +851,26 @@ static void test_many_conns(void **state)
 	/* clang-format off */
 	static const struct sim_cfg cfgs[] = {
 	/* conns busy  busy-n idle-n idle‰ hold read lat rndv refill
-	 * {chunk, limit, min, init, max}                  big */
+	 * {chunk, limit, min, init, max}              big  idle-after */
 	{ 200,  4, 20000,  8, 10, 10, 10,  5, 20, 20,
-	  {64,  4096, 4, 8, 128}, true },
+	  {64,  4096, 4, 8, 128}, true,  0 },
 	{ 200,  8, 10000, 12, 20, 50, 30, 10, 50,  5,
-	  {32,  4096, 4, 8, 256}, true },
+	  {32,  4096, 4, 8, 256}, true,  0 },
 	/* the limit: little room to grow, windows shrink when short */
 	{ 200, 20,  5000,  8, 10, 20, 10,  5, 20, 10,
-	  {64,  1700, 4, 8, 128}, false },
+	  {64,  1700, 4, 8, 128}, false, 0 },
 	{ 500,  2,  8000,  6,  5,  5,  5,  3, 10, 50,
-	  {128, 8192, 4, 8, 64}, true },
+	  {128, 8192, 4, 8, 64}, true,  0 },
 	{2000,  4,  6000,  8,  5, 10, 10,  3, 20, 30,
-	  {256, 20000, 4, 8, 128}, true },
+	  {256, 20000, 4, 8, 128}, true,  0 },
+	/* the idle cycle: conns give their windows back between messages
+	 * and ask again; busy ones still grow (idle after N steps) */
+	{ 200,  4, 20000,  8, 10, 10, 10,  5, 20, 20,
+	  {64,  4096, 4, 8, 128}, true, 30 },
+	{ 200, 20,  5000, 12, 10, 20, 10,  5, 20, 10,
+	  {64,  1700, 4, 8, 128}, false, 20 },
+	{ 500,  2,  8000,  6,  2,  5,  5,  3, 10, 50,
+	  {128, 8192, 4, 8, 64}, true, 5 },
 	};
 	/* clang-format on */
 	unsigned seed;

@@ -118,6 +118,7 @@ static void test_init_records_size(void **state)
 	assert_int_equal(o.log_level, EVR_LOG_WARN);
 	assert_int_equal(o.connect_timeout_ms, 5000);
 	assert_int_equal(o.listen_backlog, 4096);
+	assert_int_equal(o.window_idle_ms, 2000);
 	assert_int_equal(o.connect_reply_ms, 30000);
 
 	memset(&c, 0xa5, sizeof(c));

@@ -249,7 +249,13 @@ static const struct bad_msg bad_msgs[] = {
     {"flags 0x81 on eager", EVR_T_EAGER, 0x81, 4, 4, 0, 0, 0},
     {"flags 0xff on rndv req", EVR_T_RNDV_REQ, 0xff, 24, 24, 0x1000, 1 << 20,
      0},
-    {"want on credit", EVR_T_CREDIT, EVR_F_WANT, 0, 0, 0, 0, 0},
+    {"want and give on credit", EVR_T_CREDIT, EVR_F_WANT | EVR_F_GIVE, 4, 4, 0,
+     0, 0},
+    {"want on credit with payload", EVR_T_CREDIT, EVR_F_WANT, 4, 4, 0, 0, 0},
+    {"give without its count", EVR_T_CREDIT, EVR_F_GIVE, 0, 0, 0, 0, 0},
+    {"give on bye", EVR_T_BYE, EVR_F_GIVE, 4, 4, 0, 0, 0},
+    {"give on rndv req", EVR_T_RNDV_REQ, EVR_F_GIVE, 24, 24, 0x1000, 1 << 20,
+     0},
     {"want on bye", EVR_T_BYE, EVR_F_WANT, 0, 0, 0, 0, 0},
     {"want on rndv fin", EVR_T_RNDV_FIN, EVR_F_WANT, 8, 8, 0, 0, 0},
     {"want on unknown type 6", 6, EVR_F_WANT, 0, 0, 0, 0, 0},
@@ -444,10 +450,11 @@ static void test_want_on_data(void **state)
 }
 
 /*
- * A control message that parses without flags is rejected with the flag,
- * for that reason: the window grows on data only, and control messages
- * use the reserve (docs/credits.md).  Unknown bits stay unknown on every
- * type, EVR_F_WANT with them included.
+ * A rendezvous finish or a goodbye that parses without flags is rejected
+ * with EVR_F_WANT, for that reason: they ride the reserve and must not
+ * grow a window (docs/credits.md); a credit update may ask (the idle
+ * cycle, test_idle_flags).  Unknown bits stay unknown on every type, the
+ * window flags with them included.
  */
 static void test_want_only_on_data(void **state)
 {
@@ -457,8 +464,6 @@ static void test_want_only_on_data(void **state)
 	} cases[] = {
 	    {{"fin", EVR_T_RNDV_FIN, 0, 8, 8, 0, 0, 0},
 	     "window flag on a rendezvous finish"},
-	    {{"credit", EVR_T_CREDIT, 0, 0, 0, 0, 0, 0},
-	     "window flag on a credit update"},
 	    {{"bye", EVR_T_BYE, 0, 0, 0, 0, 0, 0}, "window flag on a goodbye"},
 	};
 	static const uint8_t types[] = {EVR_T_EAGER, EVR_T_RNDV_REQ,
@@ -482,7 +487,7 @@ static void test_want_only_on_data(void **state)
 		assert_string_equal(why, cases[i].why);
 	}
 	for (i = 0; i < ARRAY_SIZE(types); i++) {
-		for (f = 2; f < 256; f++) {
+		for (f = 4; f < 256; f++) {
 			struct bad_msg m = {"", types[i], (uint8_t)f, 0,
 					    0,	0x1000,	  1 << 20,    0};
 			const char *why = NULL;
@@ -498,6 +503,89 @@ static void test_want_only_on_data(void **state)
 					 -EPROTO);
 			assert_string_equal(why, "unknown header flags");
 		}
+	}
+}
+
+/*
+ * The idle cycle on a credit update: EVR_F_WANT asks (no body),
+ * EVR_F_GIVE gives back a u32 count in a 4-byte body, 1..65535; both
+ * together, a count out of range, a body of another size, or EVR_F_GIVE on
+ * any other type is -EPROTO with its reason.
+ */
+static void test_idle_flags(void **state)
+{
+	static const uint8_t give_bytes[] = {0x04, 0x02, 0x03, 0x00, 0x04, 0x00,
+					     0x00, 0x00, 0x06, 0x00, 0x00, 0x00};
+	static const uint8_t types[] = {EVR_T_EAGER, EVR_T_RNDV_REQ,
+					EVR_T_RNDV_FIN, EVR_T_BYE};
+	static const uint32_t bad_counts[] = {0, 0x10000, 0xffffffffu};
+	uint8_t buf[EVR_HDR_SIZE + 64];
+	struct evr__hdr h = {EVR_T_CREDIT, EVR_F_WANT, 2, 0};
+	struct evr__parsed p;
+	const char *why = NULL;
+	size_t i, n;
+
+	(void)state;
+	assert_int_equal(EVR_F_GIVE, 0x02);
+	evr__hdr_encode(buf, &h);
+	assert_int_equal(parse_exact(buf, EVR_HDR_SIZE, &lim, &p, &why), 0);
+	assert_int_equal(p.hdr.flags, EVR_F_WANT);
+	assert_int_equal(p.hdr.credits, 2);
+	assert_int_equal(p.give, 0);
+
+	assert_int_equal(
+	    parse_exact(give_bytes, sizeof(give_bytes), &lim, &p, &why), 0);
+	assert_int_equal(p.hdr.type, EVR_T_CREDIT);
+	assert_int_equal(p.hdr.flags, EVR_F_GIVE);
+	assert_int_equal(p.hdr.credits, 3);
+	assert_int_equal(p.give, 6);
+	memcpy(buf, give_bytes, sizeof(give_bytes));
+	buf[8] = 0xff, buf[9] = 0xff; /* the largest window there is */
+	assert_int_equal(parse_exact(buf, sizeof(give_bytes), &lim, &p, &why),
+			 0);
+	assert_int_equal(p.give, 0xffff);
+
+	for (i = 0; i < ARRAY_SIZE(bad_counts); i++) {
+		memcpy(buf, give_bytes, sizeof(give_bytes));
+		buf[8] = (uint8_t)bad_counts[i];
+		buf[9] = (uint8_t)(bad_counts[i] >> 8);
+		buf[10] = (uint8_t)(bad_counts[i] >> 16);
+		buf[11] = (uint8_t)(bad_counts[i] >> 24);
+		assert_int_equal(
+		    parse_exact(buf, sizeof(give_bytes), &lim, &p, &why),
+		    -EPROTO);
+		assert_string_equal(
+		    why, "give-back of no credits or beyond any window");
+	}
+	for (n = 0; n < 9; n++) {
+		struct bad_msg m = {"", EVR_T_CREDIT, EVR_F_GIVE, (uint32_t)n,
+				    n,	0,	      0,	  0};
+
+		if (n == EVR_GIVE_SIZE)
+			continue;
+		assert_int_equal(
+		    parse_exact(buf, build_msg(buf, &m), &lim, &p, &why),
+		    -EPROTO);
+		assert_string_equal(why, "give-back of the wrong size");
+	}
+	{
+		struct bad_msg m = {"", EVR_T_CREDIT, EVR_F_WANT | EVR_F_GIVE,
+				    4,	4,	      0,
+				    0,	0};
+
+		n = build_msg(buf, &m);
+		assert_int_equal(parse_exact(buf, n, &lim, &p, &why), -EPROTO);
+		assert_string_equal(
+		    why, "credit update that both asks and gives back");
+	}
+	for (i = 0; i < ARRAY_SIZE(types); i++) {
+		struct bad_msg m = {"", types[i], EVR_F_GIVE, 4, 4, 0, 0, 0};
+
+		n = build_msg(buf, &m);
+		assert_int_equal(parse_exact(buf, n, &lim, &p, &why), -EPROTO);
+		assert_string_equal(
+		    why,
+		    "give-back flag on a message other than a credit update");
 	}
 }
 
@@ -1001,6 +1089,7 @@ int main(void)
 	    cmocka_unit_test(test_msg_limits_are_the_callers),
 	    cmocka_unit_test(test_want_on_data),
 	    cmocka_unit_test(test_want_only_on_data),
+	    cmocka_unit_test(test_idle_flags),
 	    cmocka_unit_test(test_hs_roundtrip),
 	    cmocka_unit_test(test_hs_wire_layout),
 	    cmocka_unit_test(test_hs_encode_clamps_user),

@@ -15,8 +15,11 @@
  * books still balance; a message before our ESTABLISHED event waits for
  * it, or goes back if the connect fails; a held message outlives its
  * conn and goes back to the queue as an orphan; after close and teardown
- * everything lent is back; and EVR_SRQ_ON on a device without SRQs fails
- * the first connection.
+ * everything lent is back; EVR_SRQ_ON on a device without SRQs fails
+ * the first connection; and the idle cycle's credit updates: a give-back
+ * takes the credits off the books, an ask restores the window, and from
+ * a peer lent no window, or giving back more than it holds, either is
+ * -EPROTO on that conn alone.
  */
 #include "config.h"
 
@@ -650,6 +653,112 @@ static void test_on_without_srq(void **state)
 	peer_stop(&p);
 }
 
+/* A credit update with the idle cycle's flags, from the peer. */
+static void peer_idle_update(struct peer *p, uint8_t flags, uint32_t give,
+			     uint16_t credits)
+{
+	uint8_t buf[EVR_HDR_SIZE + EVR_GIVE_SIZE];
+	struct evr__hdr h = {EVR_T_CREDIT, flags, credits, 0};
+
+	if (flags & EVR_F_GIVE) {
+		h.len = EVR_GIVE_SIZE;
+		evr__give_encode(buf + EVR_HDR_SIZE, give);
+	}
+	evr__hdr_encode(buf, &h);
+	peer_raw(p, buf, EVR_HDR_SIZE + h.len);
+}
+
+/* An idle peer gives back 4 of its 8 (it spent one on the update): the
+ * bank lends it 3, the update's buffer is not re-granted, the pool has
+ * them all spare again.  Its ask then restores the window to the minimum
+ * at once and returns the ask's credit with the growth; data flows. */
+static void test_giveback_and_ask(void **state)
+{
+	struct peer p;
+	evr_ctx *ctx = srq_start(&p);
+	struct ledger l = {WIN, 0, 0, 0};
+	struct evr_stats st;
+
+	(void)state;
+	peer_connect(&p);
+	assert_int_equal(info_of(p.conn).recv_window, WIN);
+	peer_idle_update(&p, EVR_F_GIVE, 4, 0);
+	l.avail -= 5;
+	peer_pump(ctx);
+	st = stats(ctx);
+	assert_int_equal(st.srq_reclaimed, 4);
+	assert_int_equal(st.srq_lent, 3);
+	assert_int_equal(p.conn->bank.lent, 3);
+	assert_int_equal(info_of(p.conn).recv_window, 3);
+	assert_int_equal(p.conn->cr.owed, 0); /* nothing re-granted */
+	check_bank(ctx);
+
+	/* two data credits short: ask */
+	peer_idle_update(&p, EVR_F_WANT, 0, 0);
+	l.avail--;
+	peer_pump(ctx);
+	take_credits(&p, &l);
+	assert_true(info_of(p.conn).recv_window >= 4);
+	assert_int_equal(l.avail, 4); /* the ask's credit and one more */
+	assert_int_equal(l.avail + p.conn->cr.owed, p.conn->bank.lent);
+	check_bank(ctx);
+	peer_eager(&p, "after", 5, (uint16_t)l.owe);
+	peer_pump(ctx);
+	assert_int_equal(p.nmsgs, 1);
+	assert_memory_equal(p.msgs[0].data, "after", 5);
+	assert_int_equal(p.closes, 0);
+	check_bank(ctx);
+	peer_stop(&p);
+}
+
+/* More given back than lent: -EPROTO on that conn, the books even. */
+static void test_giveback_too_much(void **state)
+{
+	struct peer p, q;
+	evr_ctx *ctx = srq_start(&p);
+
+	(void)state;
+	peer_connect(&p);
+	peer_init(&q, ctx);
+	peer_connect(&q);
+	peer_idle_update(&p, EVR_F_GIVE, WIN, 0); /* holds 7 after it */
+	peer_pump(ctx);
+	peer_flush_closed(&p, -EPROTO);
+	pump_reaped(ctx);
+	assert_int_equal(stats(ctx).srq_reclaimed, 0);
+	assert_int_equal(stats(ctx).srq_lent, WIN); /* q's */
+	check_bank(ctx);
+	assert_int_equal(q.closes, 0);
+	peer_eager(&q, "q", 1, 0);
+	peer_pump(ctx);
+	assert_int_equal(q.nmsgs, 1);
+	peer_fini(&q);
+	peer_stop(&p);
+}
+
+/* A peer lent a fixed window (it announced none) has no idle cycle:
+ * either flag from it is -EPROTO on its conn. */
+static void test_idle_flags_fixed_window(void **state)
+{
+	static const uint8_t flags[] = {EVR_F_GIVE, EVR_F_WANT};
+	unsigned i;
+
+	(void)state;
+	for (i = 0; i < 2; i++) {
+		struct peer p;
+		evr_ctx *ctx = srq_start(&p);
+
+		peer_accept(&p); /* fixed window of 8 */
+		peer_idle_update(&p, flags[i], 2, 0);
+		peer_pump(ctx);
+		peer_flush_closed(&p, -EPROTO);
+		pump_reaped(ctx);
+		assert_int_equal(stats(ctx).srq_lent, 0);
+		check_bank(ctx);
+		peer_stop(&p);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -666,6 +775,9 @@ int main(void)
 		cmocka_unit_test(test_hold_orphan),
 		cmocka_unit_test(test_close_all_back),
 		cmocka_unit_test(test_on_without_srq),
+		cmocka_unit_test(test_giveback_and_ask),
+		cmocka_unit_test(test_giveback_too_much),
+		cmocka_unit_test(test_idle_flags_fixed_window),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
