@@ -211,7 +211,7 @@ struct evr_ctx_opts {
 	 *  (docs/credits.md). */
 	enum evr_srq_mode srq;
 	/** Most receive buffers the shared pool may hold (0: as many as the
-	 *  device's SRQ takes, at most 16384, and at most half of the
+	 *  device's SRQ takes, at most 65536, and at most half of the
 	 *  locked-memory limit).  A connection that cannot get its first
 	 *  window from it is refused with -ENOBUFS. */
 	unsigned srq_buffers;

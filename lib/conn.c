@@ -396,7 +396,7 @@ static int srq_admit(evr_conn *c)
 		return -ENOBUFS;
 	}
 	ctx->srq_refusing = true;
-	lim = evr__memlock_limit();
+	lim = ctx->memlock;
 	EVR_WARN(ctx,
 		 "no receive buffers for a new connection: the shared pool "
 		 "lends %u of its %u (at most %u: evr_ctx_opts.srq_buffers%s); "

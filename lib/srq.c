@@ -19,7 +19,7 @@
 #include <errno.h>
 #include <string.h>
 
-#define EVR_SRQ_MAX_DEFAULT 16384u /* buffers, when the option is 0 */
+#define EVR_SRQ_MAX_DEFAULT 65536u /* buffers, when the option is 0 */
 #define EVR_SRQ_WIN_INIT 8u	   /* credits lent at admission */
 #define EVR_SRQ_POST_BATCH 64u	   /* WRs per ibv_post_srq_recv */
 
@@ -43,10 +43,8 @@ static uint32_t srq_limit(const evr_ctx *ctx)
 {
 	uint64_t lim = ctx->o.srq_buffers ? ctx->o.srq_buffers
 					  : EVR_SRQ_MAX_DEFAULT;
-	uint64_t memlock = evr__memlock_limit();
-
-	if (!ctx->o.srq_buffers && memlock != UINT64_MAX)
-		lim = EVR__MIN(lim, memlock / 2 / ctx->pool.buf_size);
+	if (!ctx->o.srq_buffers && ctx->memlock != UINT64_MAX)
+		lim = EVR__MIN(lim, ctx->memlock / 2 / ctx->pool.buf_size);
 	lim = EVR__MIN(lim, (uint64_t)ctx->dattr.max_srq_wr);
 	return (uint32_t)lim;
 }

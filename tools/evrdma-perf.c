@@ -21,6 +21,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,11 +115,12 @@ static int parse_sizes(char *arg, size_t *sizes, int *n)
 static void usage(void)
 {
 	fprintf(stderr,
-"usage: evrdma-perf -s [-a ADDR] [-p PORT] [-v]\n"
+"usage: evrdma-perf -s [-a ADDR] [-p PORT] [-v] [CTX-OPTIONS]\n"
 "       evrdma-perf -c ADDR [-p PORT] [-t lat|bw|rate|conn] [-S SIZES]\n"
 "                   [-n ITERS | -D SECONDS] [-w WINDOW] [-C CONNS]\n"
 "                   [-m event|poll|adaptive] [--load idle|light|sat]\n"
 "                   [--rate R] [--ramp W] [--burst] [--json | --csv]\n"
+"                   [CTX-OPTIONS]\n"
 "  -s            serve (any number of tests, until SIGINT/SIGTERM)\n"
 "  -a ADDR       server: local address to listen on (default any)\n"
 "  -c ADDR       client: the server's address (IPv4 or IPv6)\n"
@@ -148,6 +150,8 @@ static void usage(void)
 "  --ramp W      lat, bw, rate: open the CONNS connections W connects\n"
 "                at a time instead of all at once\n"
 "  --json, --csv machine-readable output instead of the table\n"
+"CTX-OPTIONS set evr_ctx_opts fields of this side's ctx (default: the\n"
+"library's): --sq-depth N, --srq-buffers N, --window-idle MS\n"
 "Latencies are half round trips (us); cpu_us/m is the client's CPU time\n"
 "per message, cpu%% and srv%% the client's and server's CPU time per wall\n"
 "second (getrusage), switch the adaptive mode switches.\n",
@@ -164,6 +168,9 @@ int main(int argc, char **argv)
 		{"burst", no_argument, NULL, 'B'},
 		{"rate", required_argument, NULL, 'R'},
 		{"ramp", required_argument, NULL, 'P'},
+		{"sq-depth", required_argument, NULL, 'Q'},
+		{"srq-buffers", required_argument, NULL, 'F'},
+		{"window-idle", required_argument, NULL, 'I'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -241,6 +248,21 @@ int main(int argc, char **argv)
 			if (parse_ull(optarg, 1, 10000, &v) < 0)
 				usage();
 			o.ramp = (unsigned)v;
+			break;
+		case 'Q':
+			if (parse_ull(optarg, 1, 65536, &v) < 0)
+				usage();
+			perf_tune.sq_depth = (unsigned)v;
+			break;
+		case 'F':
+			if (parse_ull(optarg, 1, 1u << 24, &v) < 0)
+				usage();
+			perf_tune.srq_buffers = (unsigned)v;
+			break;
+		case 'I':
+			if (parse_ull(optarg, 1, UINT_MAX, &v) < 0)
+				usage();
+			perf_tune.window_idle_ms = (unsigned)v;
 			break;
 		case 'm':
 			o.mode = parse_mode(optarg);

@@ -299,6 +299,7 @@ int run_client(struct opts *o)
 	}
 	evr_ctx_opts_init(&co);
 	co.mode = (enum evr_mode)o->mode;
+	perf_tune_apply(&co);
 	rc = evr_ctx_create(&p.ctx, p.loop, &co);
 	if (rc < 0) {
 		fprintf(stderr, "evrdma-perf: evr_ctx_create: %s\n",

@@ -24,6 +24,18 @@ const char desc_magic[4] = {'E', 'V', 'P', '1'};
 const char *const test_str[] = {"lat", "bw", "rate", "conn"};
 const char *const load_str[] = {"-", "idle", "light", "sat"};
 
+struct perf_tune perf_tune;
+
+void perf_tune_apply(struct evr_ctx_opts *o)
+{
+	if (perf_tune.sq_depth)
+		o->sq_depth = perf_tune.sq_depth;
+	if (perf_tune.srq_buffers)
+		o->srq_buffers = perf_tune.srq_buffers;
+	if (perf_tune.window_idle_ms)
+		o->window_idle_ms = perf_tune.window_idle_ms;
+}
+
 static void put_le(uint8_t *p, uint64_t v, int n)
 {
 	int i;

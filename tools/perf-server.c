@@ -235,6 +235,7 @@ int run_server(const char *addr, int port, int verbose)
 	evr_ctx_opts_init(&o);
 	o.local_addr = addr;
 	o.mode = EVR_MODE_EVENT;
+	perf_tune_apply(&o);
 	rc = evr_ctx_create(&srv.ctx, srv.loop, &o);
 	if (rc < 0) {
 		fprintf(stderr, "evrdma-perf: evr_ctx_create: %s\n",

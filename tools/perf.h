@@ -177,6 +177,14 @@ ev_tstamp mono_s(void);
 int cpu_us(uint64_t *out);
 int lat_add(struct perf *p, double us);
 
+/* ctx options either role takes from the command line (0: the library's
+ * default) */
+struct perf_tune {
+	unsigned sq_depth, srq_buffers, window_idle_ms;
+};
+extern struct perf_tune perf_tune;
+void perf_tune_apply(struct evr_ctx_opts *o);
+
 /* perf-server.c */
 int run_server(const char *addr, int port, int verbose);
 
