@@ -129,7 +129,7 @@ struct evr_ctx_opts {
 	/** A local IP address whose device the ctx binds to (or NULL). */
 	const char *local_addr;
 	enum evr_mode mode;	 /**< default EVR_MODE_ADAPTIVE */
-	unsigned sq_depth;	 /**< send WRs per connection, default 256 */
+	unsigned sq_depth;	 /**< send WRs per connection, default 64 */
 	unsigned recv_depth;	 /**< receive buffers per connection, default 64 */
 	/** Largest eager payload (64 B .. 1 MiB).  0, the default: 8192,
 	 *  or less under a small locked-memory limit so that the shared

@@ -37,7 +37,7 @@ void evr_ctx_opts_init_sz(struct evr_ctx_opts *opts, size_t size)
 		return;
 	memset(&o, 0, sizeof(o));
 	o.mode = EVR_MODE_ADAPTIVE;
-	o.sq_depth = 256;
+	o.sq_depth = 64;
 	o.recv_depth = 64;
 	o.eager_size = 0; /* planned: 8192, less under a memlock limit */
 	o.max_msg_size = 64u << 20;

@@ -109,7 +109,7 @@ static void test_init_records_size(void **state)
 	memset(&o, 0xa5, sizeof(o));
 	evr_ctx_opts_init(&o);
 	assert_int_equal(o.size, sizeof(o));
-	assert_int_equal(o.sq_depth, 256);
+	assert_int_equal(o.sq_depth, 64);
 	assert_int_equal(o.mode, EVR_MODE_ADAPTIVE);
 	assert_int_equal(o.adapt_up_rate, 0); /* unset: env or default */
 	assert_int_equal(o.adapt_up_batch, 0);
@@ -130,7 +130,7 @@ static void test_init_records_size(void **state)
 	memset(&old, 0xa5, sizeof(old));
 	evr_ctx_opts_init_sz((struct evr_ctx_opts *)&old.o, sizeof(old.o));
 	assert_int_equal(old.o.size, sizeof(old.o));
-	assert_int_equal(old.o.sq_depth, 256);
+	assert_int_equal(old.o.sq_depth, 64);
 	assert_int_equal(old.o.keepalive_ms, 2000);
 	for (i = 0; i < sizeof(old.guard); i++)
 		assert_int_equal(old.guard[i], 0xa5);
@@ -139,7 +139,7 @@ static void test_init_records_size(void **state)
 	memset(&big, 0xa5, sizeof(big));
 	evr_ctx_opts_init_sz(&big.cur, sizeof(big));
 	assert_int_equal(big.cur.size, sizeof(big));
-	assert_int_equal(big.cur.sq_depth, 256);
+	assert_int_equal(big.cur.sq_depth, 64);
 	for (i = 0; i < 3; i++)
 		assert_int_equal(big.later[i], 0);
 }
@@ -229,7 +229,7 @@ static void test_new_struct_tail(void **state)
 	assert_int_equal(dst.size, sizeof(dst));
 	assert_int_equal(dst.recv_depth, 99);
 	assert_int_equal(dst.adapt_quiet_us, 55);
-	assert_int_equal(dst.sq_depth, 256);
+	assert_int_equal(dst.sq_depth, 64);
 
 	memset(&canary, 0x5a, sizeof(canary));
 	for (off = sizeof(src.cur); off < sizeof(src); off++) {
