@@ -9,7 +9,9 @@
  * by design).  Parsers and encoders therefore agree on every field of
  * every message type, and no accepted input carries bytes the library
  * would not have sent.  An accepted header flag is EVR_F_WANT on a data
- * message, and an accepted initial window is 0 or within its range.
+ * message or a credit update, or EVR_F_GIVE (with a count of 1..65535) on
+ * a credit update, never both; an accepted initial window is 0 or within
+ * its range.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -36,6 +38,9 @@ static size_t encode_msg(uint8_t *buf, const struct evr__parsed *m)
 				     m->fin_status);
 		break;
 	case EVR_T_CREDIT:
+		if (m->hdr.flags & EVR_F_GIVE)
+			evr__give_encode(buf + EVR_HDR_SIZE, m->give);
+		break;
 	case EVR_T_BYE:
 		break;
 	default:
@@ -62,10 +67,15 @@ static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 	if (m.hdr.type == EVR_T_RNDV_REQ &&
 	    (m.rndv.len > lim.max_msg || m.rndv.len <= lim.max_eager))
 		abort();
-	/* no flag but EVR_F_WANT, and that on data messages only */
-	if ((m.hdr.flags & ~EVR_F_WANT) ||
-	    (m.hdr.flags && m.hdr.type != EVR_T_EAGER &&
-	     m.hdr.type != EVR_T_RNDV_REQ))
+	/* EVR_F_WANT on data messages and credit updates; EVR_F_GIVE on
+	 * credit updates only, with its count in range; never both */
+	if ((m.hdr.flags & ~(EVR_F_WANT | EVR_F_GIVE)) ||
+	    m.hdr.flags == (EVR_F_WANT | EVR_F_GIVE) ||
+	    ((m.hdr.flags & EVR_F_WANT) && m.hdr.type != EVR_T_EAGER &&
+	     m.hdr.type != EVR_T_RNDV_REQ && m.hdr.type != EVR_T_CREDIT) ||
+	    ((m.hdr.flags & EVR_F_GIVE) &&
+	     (m.hdr.type != EVR_T_CREDIT || m.give == 0 || m.give > 0xffff)) ||
+	    (!(m.hdr.flags & EVR_F_GIVE) && m.give))
 		abort();
 	/* the bytes received, exactly */
 	if (encode_msg(buf, &m) != n || memcmp(buf, p, n))
@@ -74,7 +84,8 @@ static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 	if (evr__msg_parse(buf, n, &lim, &m2, &why) ||
 	    memcmp(&m.hdr, &m2.hdr, sizeof(m.hdr)) ||
 	    memcmp(&m.rndv, &m2.rndv, sizeof(m.rndv)) ||
-	    m.fin_id != m2.fin_id || m.fin_status != m2.fin_status)
+	    m.fin_id != m2.fin_id || m.fin_status != m2.fin_status ||
+	    m.give != m2.give)
 		abort();
 }
 
