@@ -19,7 +19,7 @@
  * minimum window, which leaves the peer its reserve for control messages
  * plus room for data (docs/credits.md says why), so credits always come
  * back and the exchange cannot deadlock; or when an idle peer gives back
- * all but its reserve (evr__bank_giveback), which it does only knowing
+ * all but its reserve and one (evr__bank_giveback), which it does only knowing
  * it can ask again.  Each connection has a target window: a message sent
  * while the window held its sender back (EVR_F_WANT) raises it by one,
  * any other message lowers it by one, down to the minimum; the footprint
@@ -225,8 +225,8 @@ static inline uint32_t evr__bank_repost(struct evr__bank *b,
 
 /*
  * bc's peer gives back n of the credits it holds (a credit update with
- * EVR_F_GIVE, consumed just before): it has been idle and keeps only its
- * reserve.  Its target becomes what it keeps plus the buffers its
+ * EVR_F_GIVE, consumed just before): it has been idle and keeps its
+ * reserve and one.  Its target becomes what it keeps plus the buffers its
  * messages still hold, except the update's own, whose credit is not
  * re-granted at its re-post: the window may fall below the floor here,
  * and grows again when the peer asks (EVR_F_WANT on a data message or a

@@ -833,7 +833,7 @@ static int ctrl_prepare(evr_conn *c, struct evr__op *op)
 	} else if (op->ctrl_flags == EVR_F_WANT) {
 		h.flags = EVR_F_WANT;
 	} else if (op->ctrl_flags == EVR_F_GIVE) {
-		/* all but the reserve, now that this update has its credit
+		/* all but the reserve and one, now that this update has its credit
 		 * (credits that came since the tick included); none left
 		 * makes it a plain update */
 		uint32_t g = evr__credit_idle_excess(&c->cr);
