@@ -192,11 +192,6 @@ static void on_addr_resolved(evr_conn *c)
 		evr__conn_fail(c, err);
 		return;
 	}
-	err = evr__conn_setup_qp(c);
-	if (err) {
-		evr__conn_fail(c, err);
-		return;
-	}
 	if (rdma_resolve_route(c->id, (int)EVR__MAX(tmo / 2, 100u))) {
 		evr__conn_fail(c, -errno);
 		return;
@@ -213,7 +208,18 @@ static void on_route_resolved(evr_conn *c)
 	uint8_t buf[EVR_HS_MAX];
 	struct evr__hs hs;
 	size_t n;
+	int err;
 
+	/* The QP is made here, not when the address resolved: in a burst
+	 * of connects the route events queue behind every address event,
+	 * and a QP made per address event would hold back the first
+	 * request until all the QPs were made (the server idle meanwhile).
+	 * Made here, each request leaves with its QP. */
+	err = evr__conn_setup_qp(c);
+	if (err) {
+		evr__conn_fail(c, err);
+		return;
+	}
 	evr__conn_fill_hs(c, &hs);
 	hs.kind = EVR_HS_REQ;
 	hs.user_len = (uint8_t)c->ulen;

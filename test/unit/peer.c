@@ -237,11 +237,13 @@ void peer_connect(struct peer *p)
 	mock_cm_event(p->id, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
 	peer_pump(p->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_RESOLVING_ROUTE);
-	p->qp = p->id->qp;
-	assert_non_null(p->qp);
+	/* the QP is made with the route, just before the request leaves */
+	assert_null(p->id->qp);
 	mock_cm_event(p->id, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
 	peer_pump(p->ctx);
 	assert_int_equal(p->conn->state, EVR_CS_CONNECTING);
+	p->qp = p->id->qp;
+	assert_non_null(p->qp);
 	n = peer_hs(p, EVR_HS_REP, hs);
 	mock_cm_event(p->id, RDMA_CM_EVENT_ESTABLISHED, 0, hs, n);
 	peer_pump(p->ctx);

@@ -357,9 +357,9 @@ static void test_close_timeout(void **state)
 	assert_ops(p, 1, -ETIMEDOUT);
 }
 
-/* Closing while the route resolves (QP made, receives posted): on_connect
- * reports -ECANCELED once the receives are flushed; the peer was never
- * connected, so no rdma_disconnect. */
+/* Closing while the request is out (QP made, receives posted): on_connect
+ * reports -ECANCELED once the receives are flushed; the peer never
+ * answered, so no rdma_disconnect. */
 static void test_close_connecting(void **state)
 {
 	struct fix *f = *state;
@@ -372,9 +372,11 @@ static void test_close_connecting(void **state)
 	id = mock_cm_last_id();
 	p->id = id;
 	mock_cm_event(id, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
+	mock_cm_event(id, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
 	peer_pump(f->ctx);
 	p->qp = id->qp;
-	assert_int_equal(p->conn->state, EVR_CS_RESOLVING_ROUTE);
+	assert_non_null(p->qp);
+	assert_int_equal(p->conn->state, EVR_CS_CONNECTING);
 	assert_int_equal(evr_conn_close(p->conn, 0), 0);
 	assert_int_equal(evr_conn_close(p->conn, 0), -EALREADY);
 	peer_pump(f->ctx);

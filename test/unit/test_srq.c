@@ -411,6 +411,7 @@ static void test_pool_full_refused(void **state)
 	assert_int_equal(evr_connect(ctx, "192.0.2.2", 7471, &co, &c), 0);
 	q.id = mock_cm_last_id();
 	mock_cm_event(q.id, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
+	mock_cm_event(q.id, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
 	peer_pump(ctx);
 	assert_int_equal(q.connects, 1);
 	assert_int_equal(q.connect_status, -ENOBUFS);
@@ -467,10 +468,10 @@ static void connect_until_established(struct peer *p)
 	p->id = mock_cm_last_id();
 	mock_cm_event(p->id, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
 	peer_pump(p->ctx);
-	p->qp = p->id->qp;
-	assert_non_null(p->qp);
 	mock_cm_event(p->id, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
 	peer_pump(p->ctx);
+	p->qp = p->id->qp;
+	assert_non_null(p->qp);
 	assert_int_equal(p->conn->state, EVR_CS_CONNECTING);
 }
 
@@ -643,6 +644,7 @@ static void test_on_without_srq(void **state)
 				 0);
 		p.id = mock_cm_last_id();
 		mock_cm_event(p.id, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
+		mock_cm_event(p.id, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
 		peer_pump(ctx);
 		assert_int_equal(p.connects, i + 1);
 		assert_int_equal(p.connect_status, -EOPNOTSUPP);
