@@ -93,6 +93,7 @@ static void on_timer(struct evr__timer *t);
 static void on_keepalive(struct evr__timer *t);
 static void on_idle(struct evr__timer *t);
 static void idle_ask(evr_conn *c);
+static bool post_credit_update(evr_conn *c, uint8_t flags);
 static int take_and_prepare(evr_conn *c, struct evr__op *op, bool ctrl);
 
 evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
@@ -1098,8 +1099,6 @@ static void on_idle(struct evr__timer *t)
  * one, ask. */
 static void idle_ask(evr_conn *c)
 {
-	struct evr__op *op;
-
 	if (evr__credit_can(&c->cr, false)) {
 		c->gave_back = c->asked = false;
 		return;
@@ -1107,17 +1106,29 @@ static void idle_ask(evr_conn *c)
 	if (c->asked || !idle_blocked(c) || !evr__credit_can(&c->cr, true) ||
 	    evr__sq_room(&c->sq) == 0)
 		return;
-	op = evr__ctrl_op_new(c, EVR_T_CREDIT);
+	if (post_credit_update(c, EVR_F_WANT)) {
+		c->asked = true;
+		c->ctx->st.window_asks++;
+	}
+}
+
+/* Add an explicit credit update (flags: 0, or EVR_F_WANT) to the batch,
+ * past the control queue: the caller checked that a control credit and
+ * an SQ slot are free.  False when it could not be made (no op; the next
+ * flush tries again). */
+static bool post_credit_update(evr_conn *c, uint8_t flags)
+{
+	struct evr__op *op = evr__ctrl_op_new(c, EVR_T_CREDIT);
+
 	if (!op)
-		return;
-	op->ctrl_flags = EVR_F_WANT;
+		return false;
+	op->ctrl_flags = flags;
 	if (take_and_prepare(c, op, true)) {
 		evr__op_free(c->ctx, op);
-		return;
+		return false;
 	}
 	evr__sq_add(&c->sq, op);
-	c->asked = true;
-	c->ctx->st.window_asks++;
+	return true;
 }
 
 /* Take the op's credit, then build its WR.  In this order: whether the
@@ -1195,17 +1206,9 @@ void evr__conn_flush(evr_conn *c)
 	if ((evr__credit_need_update(&c->cr) ||
 	     evr__credit_peer_starved(&c->cr, c->srq ? c->bank.lent
 							       : c->recv_posted)) &&
-	    evr__credit_can(&c->cr, true) && evr__sq_room(&c->sq) > 0) {
-		op = evr__ctrl_op_new(c, EVR_T_CREDIT);
-		if (op) {
-			if (take_and_prepare(c, op, true) == 0) {
-				evr__sq_add(&c->sq, op);
-				ctx->st.credit_updates++;
-			} else {
-				evr__op_free(ctx, op);
-			}
-		}
-	}
+	    evr__credit_can(&c->cr, true) && evr__sq_room(&c->sq) > 0 &&
+	    post_credit_update(c, 0))
+		ctx->st.credit_updates++;
 	err = evr__sq_commit(&c->sq);
 	if (err) {
 		EVR_ERR(ctx, "ibv_post_send failed: %s", evr_strerror(err));
