@@ -151,7 +151,9 @@ static void usage(void)
 "                at a time instead of all at once\n"
 "  --json, --csv machine-readable output instead of the table\n"
 "CTX-OPTIONS set evr_ctx_opts fields of this side's ctx (default: the\n"
-"library's): --sq-depth N, --srq-buffers N, --window-idle MS\n"
+"library's): --sq-depth N, --srq-buffers N, --window-idle MS,\n"
+"--eager-size BYTES (64 to 1M: the receive buffers are this plus 8,\n"
+"rounded up to 64)\n"
 "Latencies are half round trips (us); cpu_us/m is the client's CPU time\n"
 "per message, cpu%% and srv%% the client's and server's CPU time per wall\n"
 "second (getrusage), switch the adaptive mode switches.\n",
@@ -171,6 +173,7 @@ int main(int argc, char **argv)
 		{"sq-depth", required_argument, NULL, 'Q'},
 		{"srq-buffers", required_argument, NULL, 'F'},
 		{"window-idle", required_argument, NULL, 'I'},
+		{"eager-size", required_argument, NULL, 'E'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -179,6 +182,7 @@ int main(int argc, char **argv)
 	char *sizes = NULL;
 	int server = 0, verbose = 0, have_w = 0, have_n = 0, opt;
 	unsigned long long v;
+	size_t sz;
 	char *end;
 
 	o.port = PERF_PORT;
@@ -263,6 +267,12 @@ int main(int argc, char **argv)
 			if (parse_ull(optarg, 1, UINT_MAX, &v) < 0)
 				usage();
 			perf_tune.window_idle_ms = (unsigned)v;
+			break;
+		case 'E':
+			if (parse_size(optarg, &sz) < 0 || sz < 64 ||
+			    sz > (1u << 20))
+				usage();
+			perf_tune.eager_size = sz;
 			break;
 		case 'm':
 			o.mode = parse_mode(optarg);

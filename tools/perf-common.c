@@ -34,6 +34,8 @@ void perf_tune_apply(struct evr_ctx_opts *o)
 		o->srq_buffers = perf_tune.srq_buffers;
 	if (perf_tune.window_idle_ms)
 		o->window_idle_ms = perf_tune.window_idle_ms;
+	if (perf_tune.eager_size)
+		o->eager_size = perf_tune.eager_size;
 }
 
 static void put_le(uint8_t *p, uint64_t v, int n)

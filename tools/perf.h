@@ -181,6 +181,7 @@ int lat_add(struct perf *p, double us);
  * default) */
 struct perf_tune {
 	unsigned sq_depth, srq_buffers, window_idle_ms;
+	size_t eager_size;
 };
 extern struct perf_tune perf_tune;
 void perf_tune_apply(struct evr_ctx_opts *o);
