@@ -19,6 +19,10 @@
 #         --load idle -C N and the same snapshot once every QP is up;
 #         OUTDIR/mem-on.csv, mem-off.csv (kB, as the kernel reports
 #         them).
+#  mem-small
+#         mem-on with receive buffers of 4 KiB instead of 8 KiB: the
+#         server's eager size is SMALL_EAGER (evrdma-perf --eager-size);
+#         OUTDIR/mem-small.csv.
 #  light  LIGHT_CONNS connections each pinging every 100 ms, a tenth as
 #         many, and one connection at the same rate; the evrdma-perf CSV lines go to
 #         OUTDIR/light.csv.
@@ -29,7 +33,7 @@ set -u
 
 BUILD=$1 OUT=$2 QUICK=${3:-}
 shift $(($# < 3 ? $# : 3))
-PARTS=${*:-burst mem-on mem-off light}
+PARTS=${*:-burst mem-on mem-off mem-small light}
 PERF=$BUILD/tools/evrdma-perf
 # Skip libtool's wrapper script: under emulation its start-up costs more
 # than a short test.
@@ -47,6 +51,7 @@ REPS=3 BURST=1000
 # measure connections that are up, not how fast they come up.
 RAMP=100
 MEM_CONNS="1000 2000 5000 10000"
+SMALL_EAGER=4088
 LIGHT_CONNS=1000 LIGHT_RATE=10 LIGHT_S=20 ONE_S=30
 if [ "$QUICK" = quick ]; then
 	REPS=2 BURST=100 MEM_CONNS="100 300" LIGHT_CONNS=100 LIGHT_S=3 ONE_S=3
@@ -91,7 +96,7 @@ srv_start() {
 	local i
 	PORT=$((PORT + 1))
 	: > "$OUT/server.txt"
-	env "$@" $PIN_S "$PERF" -s -a "$ADDR" -p $PORT \
+	env "$@" $PIN_S "$PERF" -s -a "$ADDR" -p $PORT ${SRV_ARGS:-} \
 		> "$OUT/server.txt" 2>&1 &
 	SRV_PID=$!
 	for i in $(seq 1 100); do
@@ -196,8 +201,12 @@ snap() {
 # could not all be opened.
 mem_run() {
 	local srq=$1 n=$2 env=() cpid want i rc hold=15 q last=-1 same=0
+	local SRV_ARGS=
 	[ "$srq" = off ] && env=(EVR_SRQ=off)
-	note "mem: $n idle connections, shared receive queue $srq"
+	# small: the shared receive queue with 4 KiB buffers (an eager
+	# size of 4088 bytes and the 8-byte header)
+	[ "$srq" = small ] && SRV_ARGS="--eager-size $SMALL_EAGER"
+	note "mem: $n idle connections, shared receive queue $srq${SRV_ARGS:+ ($SRV_ARGS)}"
 	srv_start "${env[@]}" || return 1
 	# Bind the server's ctx to the device first: its fixed cost is not
 	# a connection's.
@@ -283,7 +292,7 @@ if has burst; then
 	done
 fi
 
-for srq in on off; do
+for srq in on off small; do
 	has "mem-$srq" || continue
 	echo "srq,conns,when,qps,srv_rss,srv_anon,srv_file,srv_shmem,srv_pin,srv_lck,cli_rss,cli_anon,memfree,slab,sunreclaim,vmalloc,pagetables" \
 		> "$OUT/mem-$srq.csv"
