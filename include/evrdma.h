@@ -270,6 +270,31 @@ EVR_EXPORT int evr_ctx_set_mode(evr_ctx *ctx, enum evr_mode mode);
 /** The mode currently in effect (EVENT or POLL while ADAPTIVE). */
 EVR_EXPORT enum evr_mode evr_ctx_mode(const evr_ctx *ctx);
 
+/** How a peer reads the source of a rendezvous message.  Whichever, the
+ *  peer's rkey reaches the message's bytes only, and stops working before
+ *  the send's callback fires.  Chosen when the ctx binds to its device
+ *  (evr_stats.rndv_access). */
+enum evr_rndv_access {
+	EVR_RNDV_UNBOUND = 0, /**< no device yet */
+	/** A type 2 memory window bound over the message for the send, on
+	 *  the connection's QP, deallocated at the FIN.  The registration
+	 *  under it may be larger: a message sent from inside an evr_mr_reg()
+	 *  region with EVR_ACCESS_REMOTE_READ borrows the region (zero copy,
+	 *  nothing registered), and the registration cache (EVR_REG_CACHE)
+	 *  serves any message inside a cached registration. */
+	EVR_RNDV_WINDOW,
+	/** Windows as above, each over a registration of exactly the
+	 *  message: for devices whose windows do not bound reads within
+	 *  their registration (rdma_rxe checks the registration's bounds
+	 *  only).  Regions are not borrowed; the cache serves messages with
+	 *  exactly the bytes of a cached registration. */
+	EVR_RNDV_WINDOW_EXACT,
+	/** No windows (the device has none, or EVR_MW=off): the message's
+	 *  bytes are registered for the send alone and deregistered at the
+	 *  FIN; no borrowing, no cache. */
+	EVR_RNDV_REGISTER,
+};
+
 struct evr_stats {
 	uint64_t wakeups;	  /**< completion-channel events handled */
 	uint64_t polls;		  /**< ibv_poll_cq calls */
@@ -326,6 +351,10 @@ struct evr_stats {
 	 *  asked for a window again; with a shared receive queue, credits
 	 *  our peers gave back to it (reclaimed for other connections). */
 	uint64_t window_given, window_asks, srq_reclaimed;
+	/** How peers read rendezvous sources in regions and the cache, and
+	 *  the memory windows bound for that so far. */
+	enum evr_rndv_access rndv_access;
+	uint64_t rndv_windows;
 };
 
 EVR_EXPORT void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out);
@@ -616,7 +645,14 @@ EVR_EXPORT void evr_msg_release(evr_msg *msg);
 #define EVR_ACCESS_REMOTE_ATOMIC 4u
 
 /** Register [addr, addr+len) with the ctx's PD.  The memory stays the
- *  caller's; it must outlive the registration. */
+ *  caller's; it must outlive the registration.  A region with
+ *  EVR_ACCESS_REMOTE_READ is also a zero-copy source of rendezvous
+ *  messages where the device's memory windows bound reads
+ *  (evr_stats.rndv_access EVR_RNDV_WINDOW; the region is then registered
+ *  with the right to bind windows): a message sent from inside it is read
+ *  by the peer through a window over exactly its bytes, never through the
+ *  region's rkey.  Elsewhere such a message is registered for its send
+ *  like one from ordinary memory. */
 EVR_EXPORT int evr_mr_reg(evr_ctx *ctx, void *addr, size_t len,
 			  unsigned access, evr_mr **out);
 /** Deregister; -EBUSY while operations that use it are pending. */

@@ -855,7 +855,8 @@ static int ctrl_prepare(evr_conn *c, struct evr__op *op)
 	return 0;
 }
 
-static const struct evr__op_class ctrl_class = {ctrl_complete, ctrl_prepare};
+static const struct evr__op_class ctrl_class = {ctrl_complete, ctrl_prepare,
+					       NULL};
 
 /* A control message of c (EVR_T_CREDIT, _RNDV_FIN, _BYE): it takes a
  * credit and may take the last one.  NULL when out of memory. */
@@ -1003,7 +1004,7 @@ static void probe_complete(struct evr__op *op, int status)
 	evr__op_free(op->h.conn->ctx, op);
 }
 
-static const struct evr__op_class probe_class = {probe_complete, NULL};
+static const struct evr__op_class probe_class = {probe_complete, NULL, NULL};
 
 static void on_keepalive(struct evr__timer *t)
 {
@@ -1188,6 +1189,8 @@ void evr__conn_flush(evr_conn *c)
 	       evr__sq_room(&c->sq) > 0) {
 		if (op->credit && !evr__credit_can(&c->cr, false))
 			break;
+		if (op->cls->wrs && evr__sq_room(&c->sq) < op->cls->wrs(c, op))
+			break; /* a rendezvous binding its window: 2 */
 		evr__list_del(&op->h.link);
 		if (op->credit) {
 			c->nsendq_credit--; /* what waits behind it (WANT) */

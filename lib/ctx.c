@@ -247,6 +247,7 @@ void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out)
 	out->pool_bytes = (uint64_t)ctx->pool.total * ctx->pool.buf_size;
 	out->memlock_limit = evr__memlock_limit();
 	out->conn_bytes = sizeof(struct evr_conn);
+	out->rndv_access = ctx->rndv_access;
 	if (ctx->srq) {
 		out->srq_bytes = (uint64_t)ctx->bank.total * ctx->pool.buf_size;
 		out->srq_buffers = ctx->bank.total;

@@ -101,6 +101,58 @@ void evr__dev_release(evr_ctx *ctx)
 		rdma_free_devices(now);
 }
 
+/* rdma_rxe (vendor 0xffffff) checks a remote access through a window
+ * against the window's registration only, not against the window's own
+ * bounds: a window there is revocable but not byte-exact unless its
+ * registration is. */
+static bool mw_unbounded(const struct ibv_device_attr *a)
+{
+	return a->vendor_id == 0xffffff && a->vendor_part_id == 0;
+}
+
+/* How peers will read rendezvous sources (mr.c): through type 2 memory
+ * windows where the device has them -- inside any registration where
+ * windows bound reads, else each over a registration of exactly the
+ * message -- and otherwise through registrations made for each send,
+ * without the cache, whose registrations' rkeys would outlive their
+ * messages. */
+static void rndv_access_pick(evr_ctx *ctx)
+{
+	const struct ibv_device_attr *a = &ctx->dattr;
+	bool mw = a->max_mw > 0 &&
+		  (a->device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+					  IBV_DEVICE_MEM_WINDOW_TYPE_2B));
+
+	if (!mw || ctx->tune.mw == EVR_RNDV_REGISTER)
+		ctx->rndv_access = EVR_RNDV_REGISTER;
+	else if (mw_unbounded(a) && ctx->tune.mw != EVR_RNDV_WINDOW)
+		ctx->rndv_access = EVR_RNDV_WINDOW_EXACT;
+	else
+		ctx->rndv_access = EVR_RNDV_WINDOW;
+	if (ctx->rndv_access == EVR_RNDV_WINDOW_EXACT)
+		EVR_INFO(ctx, "%s does not bound reads through a memory window "
+			      "to the window: each window is bound over a "
+			      "registration of exactly its message",
+			 ctx->devname);
+	else if (ctx->rndv_access == EVR_RNDV_WINDOW && mw_unbounded(a))
+		EVR_WARN(ctx, "EVR_MW=inside: windows inside user regions on "
+			      "%s, which does not bound reads to them; a peer "
+			      "can read the whole region (for tests only)",
+			 ctx->devname);
+	if (ctx->rndv_access != EVR_RNDV_REGISTER)
+		return;
+	EVR_INFO(ctx, "%s: rendezvous sources are registered for each send",
+		 mw ? "memory windows off (EVR_MW=off)"
+		    : "the device has no type 2 memory windows");
+	if (ctx->tune.reg_cache_max) {
+		EVR_WARN(ctx, "EVR_REG_CACHE=%u ignored without memory "
+			      "windows: a cached registration's rkey would "
+			      "outlive its message",
+			 ctx->tune.reg_cache_max);
+		ctx->tune.reg_cache_max = 0;
+	}
+}
+
 /*
  * Set up everything that belongs to the device: PD, completion channel and
  * buffer pool; then the hook starts watching its fds (loop.c).  verbs is the
@@ -130,6 +182,7 @@ int evr__dev_bind(evr_ctx *ctx, struct ibv_context *verbs)
 		 ibv_get_device_name(ctx->verbs->device));
 	if (ibv_query_device(ctx->verbs, &ctx->dattr))
 		return errno ? -errno : -EIO;
+	rndv_access_pick(ctx);
 	ctx->max_msg_sz = 1u << 30;
 	if (ibv_query_port(ctx->verbs, 1, &pattr) == 0 && pattr.max_msg_sz)
 		ctx->max_msg_sz = pattr.max_msg_sz;

@@ -57,6 +57,7 @@ enum evr__op_kind {
 	EVR_OP_RECV,	  /* a posted receive buffer */
 	EVR_OP_DRAIN,	  /* marker: flushed through a dead QP */
 	EVR_OP_PROBE,	  /* keepalive: a zero-length RDMA WRITE */
+	EVR_OP_BIND,	  /* binds a rendezvous source's memory window */
 };
 
 struct evr__buf;
@@ -93,13 +94,19 @@ struct evr__wr {
  *   prepare   optional: fills the op's WR fields just before it is posted
  *             (an eager message is copied into a pool buffer only then,
  *             with the credits it piggybacks); NULL for ops built at
- *             submission.
+ *             submission.  It may add ops of its own to the batch first
+ *             (a rendezvous binds its memory window), as many as wrs says.
+ *   wrs       optional: the SQ slots the op may need when posted, itself
+ *             included (1 when NULL); the flush waits for that many.
  */
 typedef void (*evr__op_complete_fn)(struct evr__op *op, int status);
 typedef int (*evr__op_prepare_fn)(evr_conn *c, struct evr__op *op);
+typedef unsigned (*evr__op_wrs_fn)(const evr_conn *c,
+				   const struct evr__op *op);
 struct evr__op_class {
 	evr__op_complete_fn complete;
 	evr__op_prepare_fn prepare;
+	evr__op_wrs_fn wrs;
 };
 
 /*
@@ -122,6 +129,7 @@ struct evr__rndv_tx {
 	struct evr__list link;
 	struct evr__op *op;
 	struct evr__reg *reg; /* registration of the source */
+	struct ibv_mw *mw;    /* bound over the message, or NULL */
 	void *bounce;	      /* from iovecs: the gathered copy */
 	uint32_t id;
 };
@@ -171,6 +179,12 @@ struct evr__op {
 			uint64_t compare_add;
 			uint64_t swap;
 		} rma;
+		struct { /* BIND: mw over [wqe.raddr, +len) of mr, new rkey
+			  * wqe.rkey, remote read only */
+			struct ibv_mw *mw;
+			struct ibv_mr *mr;
+			uint64_t len;
+		} bind;
 	} u;
 };
 
@@ -600,6 +614,10 @@ struct evr__tune {
 	 * stderr; 0 (also a zeroed ctx): none */
 	unsigned log_stderr;
 	enum evr_srq_mode srq; /* the option, else EVR_SRQ, else AUTO */
+	/* EVR_MW: 0 (unset: the device decides), EVR_RNDV_REGISTER (off),
+	 * EVR_RNDV_WINDOW (inside: windows inside larger registrations
+	 * even where the device does not bound them -- to test that path) */
+	enum evr_rndv_access mw;
 };
 
 /* ---- the context (ctx.c) ---- */
@@ -615,6 +633,9 @@ struct evr_ctx {
 	struct ibv_context **devlist; /* rdma_get_devices(), freed last */
 	struct ibv_pd *pd;
 	struct ibv_device_attr dattr;
+	/* rendezvous sources in regions and the cache: windows or
+	 * registrations (mr.c), decided at binding (dev.c) */
+	enum evr_rndv_access rndv_access;
 	uint32_t max_msg_sz; /* port limit for one RDMA READ/WRITE */
 	unsigned max_inline;
 	char devname[64];
@@ -722,6 +743,7 @@ struct evr__env {
 	const char *poll_spin;	       /* EVR_POLL_SPIN */
 	const char *reg_cache;	       /* EVR_REG_CACHE */
 	const char *srq;	       /* EVR_SRQ */
+	const char *mw;		       /* EVR_MW */
 };
 void evr__env_read(struct evr__env *env);
 /* The precedence: a non-zero option, else the variable if it is a number,

@@ -2,21 +2,33 @@
  * Memory registration: the user's regions (evr_mr) and the registration
  * cache for rendezvous sources.
  *
- * A rendezvous exposes the sender's buffer for an RDMA READ.  When the
- * buffer lies inside an evr_mr the user registered for remote read, that
- * registration is borrowed (zero copy, no cost).  Otherwise the message's
- * bytes, exactly, are registered for the duration of the send (the pages
- * are pinned whole, but the peer's rkey reaches only those bytes), and
- * concurrent sends of the same bytes share that registration.
+ * A rendezvous exposes the sender's buffer for an RDMA READ, and the peer
+ * must reach the message's bytes only, and only until its FIN.  How is
+ * decided per device (ctx->rndv_access, dev.c):
+ *
+ * - EVR_RNDV_WINDOW: the peer never gets a registration's rkey.  The
+ *   message layer binds a type 2 memory window over the message's bytes
+ *   on the conn's QP, hands the peer the window's rkey and deallocates
+ *   the window at the FIN.  The registration under it can then be
+ *   anything that covers the message: an evr_mr the user registered for
+ *   remote read (borrowed: zero copy, nothing registered), one shared by
+ *   concurrent sends of the same bytes, or a cached one.
+ * - EVR_RNDV_WINDOW_EXACT: windows as above, but a device whose windows
+ *   do not bound reads (rdma_rxe) needs the registration under each to be
+ *   exactly the message: no borrowing, and a registration is shared or
+ *   reused only by messages of exactly its bytes.
+ * - EVR_RNDV_REGISTER (no windows): the message's bytes, exactly, are
+ *   registered for this send alone (the pages are pinned whole, but the
+ *   rkey reaches only those bytes) and deregistered at its FIN: never
+ *   borrowed, shared or cached.
  *
  * Keeping registrations after the send (an LRU cache) is opt-in, with
  * EVR_REG_CACHE=N entries (read when the ctx is created, kept in
- * ctx->tune): without allocator hooks a cache cannot see a
- * buffer freed and its address range mapped again, and a stale entry would
- * let the peer read the old pages -- silent corruption.  Cached entries also
- * stay readable by peers that learned their rkey.  The safe zero-cost path
- * is to register long-lived buffers with evr_mr_reg(EVR_ACCESS_REMOTE_READ):
- * sends from inside such a region borrow it and never register anything.
+ * ctx->tune), and only with windows.  Without allocator hooks a cache
+ * cannot see a buffer freed and its address range mapped again, and a
+ * stale entry would send the old pages -- silent corruption; hence
+ * opt-in.  The safe zero-cost path is to register long-lived buffers with
+ * evr_mr_reg(EVR_ACCESS_REMOTE_READ).
  */
 #include "evrdma-int.h"
 
@@ -25,12 +37,16 @@
 #include <string.h>
 #include <unistd.h>
 
-static int to_ibv_access(unsigned a)
+static int to_ibv_access(const evr_ctx *ctx, unsigned a)
 {
 	int f = IBV_ACCESS_LOCAL_WRITE;
 
 	if (a & EVR_ACCESS_REMOTE_READ)
 		f |= IBV_ACCESS_REMOTE_READ;
+	/* a rendezvous source: the message layer binds windows in it */
+	if ((a & EVR_ACCESS_REMOTE_READ) &&
+	    ctx->rndv_access == EVR_RNDV_WINDOW)
+		f |= IBV_ACCESS_MW_BIND;
 	if (a & EVR_ACCESS_REMOTE_WRITE)
 		f |= IBV_ACCESS_REMOTE_WRITE;
 	if (a & EVR_ACCESS_REMOTE_ATOMIC)
@@ -59,7 +75,7 @@ int evr_mr_reg(evr_ctx *ctx, void *addr, size_t len, unsigned access,
 	if (!m)
 		return -ENOMEM;
 	m->mr = evr__reg_mr(&ctx->reg, ctx->pd, addr, len,
-			    to_ibv_access(access), "evr_mr_reg");
+			    to_ibv_access(ctx, access), "evr_mr_reg");
 	if (!m->mr) {
 		int err = errno ? -errno : -ENOMEM;
 
@@ -171,8 +187,12 @@ int evr__reg_get(evr_ctx *ctx, const void *addr, size_t len,
 
 	evr__list_for_each_safe(pos, tmp, &ctx->regs)
 	{
+		if (ctx->rndv_access == EVR_RNDV_REGISTER)
+			break; /* one registration per send */
 		r = evr__container_of(pos, struct evr__reg, link);
-		if (r->start <= s && e <= r->end) {
+		if (ctx->rndv_access == EVR_RNDV_WINDOW
+			    ? r->start <= s && e <= r->end
+			    : r->start == s && r->end == e) {
 			r->refs++;
 			/* move to the MRU end */
 			evr__list_del(&r->link);
@@ -185,9 +205,12 @@ int evr__reg_get(evr_ctx *ctx, const void *addr, size_t len,
 	if (!r)
 		return -ENOMEM;
 	evr__list_init(&r->link);
-	/* a user registration that covers the buffer and allows remote read */
+	/* a user registration that covers the buffer and allows remote
+	 * read, read through a window over the message (never without) */
 	evr__list_for_each_safe(pos, tmp, &ctx->mrs)
 	{
+		if (ctx->rndv_access != EVR_RNDV_WINDOW)
+			break;
 		evr_mr *m = evr__container_of(pos, evr_mr, link);
 		uintptr_t ms = (uintptr_t)m->mr->addr;
 
@@ -205,12 +228,17 @@ int evr__reg_get(evr_ctx *ctx, const void *addr, size_t len,
 	}
 	/* the message's bytes exactly, not the pages around them: the
 	 * peer's rkey must not reach the heap beside the message (pinning
-	 * is by the page; the device checks remote access by the byte) */
+	 * is by the page; the device checks remote access by the byte).
+	 * With windows the registration itself allows no remote access at
+	 * all: only the window bound over the message does. */
 	r->start = s;
 	r->end = e;
 	r->mr = evr__reg_mr(&ctx->reg, ctx->pd, (void *)r->start,
 			    r->end - r->start,
-			    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ,
+			    IBV_ACCESS_LOCAL_WRITE |
+				    (ctx->rndv_access == EVR_RNDV_REGISTER
+					     ? IBV_ACCESS_REMOTE_READ
+					     : IBV_ACCESS_MW_BIND),
 			    "a rendezvous message being sent");
 	if (!r->mr) {
 		int err = errno ? -errno : -ENOMEM;

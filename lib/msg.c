@@ -47,7 +47,9 @@ static uint8_t data_flags(const evr_conn *c)
 		       : 0;
 }
 static void send_complete(struct evr__op *op, int status);
-static const struct evr__op_class send_class = {send_complete, send_prepare};
+static unsigned send_wrs(const evr_conn *c, const struct evr__op *op);
+static const struct evr__op_class send_class = {send_complete, send_prepare,
+						send_wrs};
 
 /* ---- submission ---- */
 
@@ -143,9 +145,67 @@ static void gather(uint8_t *dst, const struct evr__op *op)
 	}
 }
 
+/* SQ slots a message needs: a rendezvous also binds its window. */
+static unsigned send_wrs(const evr_conn *c, const struct evr__op *op)
+{
+	return op->u.msg.len > eager_limit(c) &&
+			       c->ctx->rndv_access != EVR_RNDV_REGISTER
+		       ? 2
+		       : 1;
+}
+
+static void bind_complete(struct evr__op *op, int status)
+{
+	(void)status; /* a failed one fails the conn (send_wc), and the
+		       * request behind it is flushed */
+	evr__op_free(op->h.conn->ctx, op);
+}
+
+static const struct evr__op_class bind_class = {bind_complete, NULL, NULL};
+
+/* Bind a type 2 memory window over [addr, addr+len) of the source's
+ * registration, on c's QP: only this peer can use it, and only for those
+ * bytes.  The bind goes into the batch ahead of the request (send_wrs kept
+ * the slot), so it is in place before the peer learns the rkey; the
+ * window is deallocated at the FIN (rndv_finish). */
+static int rndv_bind(evr_conn *c, struct evr__rndv_tx *rt, uintptr_t addr,
+		     size_t len, uint32_t *rkey)
+{
+	evr_ctx *ctx = c->ctx;
+	struct ibv_mw *mw = ibv_alloc_mw(ctx->pd, IBV_MW_TYPE_2);
+	struct evr__op *op;
+
+	if (!mw) {
+		int err = errno ? -errno : -ENOMEM;
+
+		EVR_WARN(ctx, "ibv_alloc_mw failed: %s (the device holds %d "
+			      "memory windows; one per rendezvous being sent)",
+			 evr_strerror(err), ctx->dattr.max_mw);
+		return err;
+	}
+	op = evr__conn_op_new(c, EVR_OP_BIND, &bind_class);
+	if (!op) {
+		ibv_dealloc_mw(mw);
+		return -ENOMEM;
+	}
+	op->opcode = IBV_WR_BIND_MW;
+	op->send_flags = 0;
+	op->wqe.raddr = addr;
+	op->wqe.rkey = ibv_inc_rkey(mw->rkey);
+	op->u.bind.mw = mw;
+	op->u.bind.mr = rt->reg->mr;
+	op->u.bind.len = len;
+	evr__sq_add(&c->sq, op);
+	rt->mw = mw;
+	*rkey = op->wqe.rkey;
+	ctx->st.rndv_windows++;
+	return 0;
+}
+
 /* The request of a rendezvous in pool buffer b: the source (gathered into
  * a bounce buffer if it comes in pieces) is registered for the peer to read
- * and the op waits for both its send and the peer's FIN. */
+ * (through a window bound over it, where the device has them: mr.c) and
+ * the op waits for both its send and the peer's FIN. */
 static int rndv_prepare(evr_conn *c, struct evr__op *op, struct evr__buf *b)
 {
 	evr_ctx *ctx = c->ctx;
@@ -166,6 +226,13 @@ static int rndv_prepare(evr_conn *c, struct evr__op *op, struct evr__buf *b)
 		src = rt->bounce;
 	}
 	err = evr__reg_get(ctx, src, op->u.msg.len, &rt->reg);
+	if (!err && ctx->rndv_access != EVR_RNDV_REGISTER) {
+		err = rndv_bind(c, rt, (uintptr_t)src, op->u.msg.len, &r.rkey);
+		if (err)
+			evr__reg_put(ctx, rt->reg);
+	} else if (!err) {
+		r.rkey = rt->reg->mr->rkey;
+	}
 	if (err) {
 		free(rt->bounce);
 		free(rt);
@@ -182,7 +249,6 @@ static int rndv_prepare(evr_conn *c, struct evr__op *op, struct evr__buf *b)
 	op->u.msg.buf = b;
 	r.addr = (uintptr_t)src;
 	r.len = op->u.msg.len;
-	r.rkey = rt->reg->mr->rkey;
 	r.id = rt->id;
 	h.type = EVR_T_RNDV_REQ;
 	h.flags = data_flags(c);
@@ -238,6 +304,10 @@ static void rndv_finish(evr_conn *c, struct evr__op *op)
 	evr_ctx *ctx = c->ctx;
 	struct evr__rndv_tx *rt = op->u.msg.rt;
 
+	/* the window first: a registration with a window bound cannot go */
+	if (rt->mw && ibv_dealloc_mw(rt->mw))
+		EVR_ERR(ctx, "ibv_dealloc_mw failed: %s",
+			evr_strerror(-errno));
 	evr__reg_put(ctx, rt->reg);
 	free(rt->bounce);
 	free(rt);
@@ -352,7 +422,7 @@ static void rread_complete(struct evr__op *op, int status)
 	evr__op_free(op->h.conn->ctx, op);
 }
 
-static const struct evr__op_class rread_class = {rread_complete, NULL};
+static const struct evr__op_class rread_class = {rread_complete, NULL, NULL};
 
 /* Rendezvous sends whose FIN will never come (the conn is going away). */
 static void rndv_fail_waiting(evr_conn *c, int status)

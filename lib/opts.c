@@ -125,6 +125,7 @@ void evr__env_read(struct evr__env *env)
 	env->poll_spin = getenv("EVR_POLL_SPIN");
 	env->reg_cache = getenv("EVR_REG_CACHE");
 	env->srq = getenv("EVR_SRQ");
+	env->mw = getenv("EVR_MW");
 }
 
 unsigned evr__opt_pick(unsigned opt, const char *env, unsigned dflt)
@@ -165,4 +166,8 @@ void evr__tune_resolve(struct evr__tune *t, const struct evr_ctx_opts *o,
 		else if (!strcasecmp(env->srq, "off") || !strcmp(env->srq, "0"))
 			t->srq = EVR_SRQ_OFF;
 	}
+	if (env->mw && (!strcasecmp(env->mw, "off") || !strcmp(env->mw, "0")))
+		t->mw = EVR_RNDV_REGISTER;
+	else if (env->mw && !strcasecmp(env->mw, "inside"))
+		t->mw = EVR_RNDV_WINDOW;
 }

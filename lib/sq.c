@@ -95,6 +95,14 @@ static void build_wr(const struct evr__op *op, struct ibv_send_wr *wr,
 		wr->wr.rdma.remote_addr = op->wqe.raddr;
 		wr->wr.rdma.rkey = op->wqe.rkey;
 		break;
+	case IBV_WR_BIND_MW: /* remote read of exactly those bytes */
+		wr->bind_mw.mw = op->u.bind.mw;
+		wr->bind_mw.rkey = op->wqe.rkey;
+		wr->bind_mw.bind_info.mr = op->u.bind.mr;
+		wr->bind_mw.bind_info.addr = op->wqe.raddr;
+		wr->bind_mw.bind_info.length = op->u.bind.len;
+		wr->bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+		break;
 	default:
 		break;
 	}

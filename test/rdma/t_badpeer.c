@@ -20,7 +20,18 @@
  * The hostile cases read the server's rendezvous echo outside the range it
  * advertised (a byte before, a byte after) or again after their FIN: each
  * read must fail at the raw client with a remote access error, and only
- * that connection ends.
+ * that connection ends.  The echo comes from ordinary memory, or from
+ * inside a region the server registered with EVR_ACCESS_REMOTE_READ (the
+ * bytes beside the message are the region's, readable with the region's
+ * own rkey, never with the one the peer gets).  The hostile cases run
+ * three times: with the device's memory windows (a window bound over
+ * each message), with EVR_MW=off (a registration of the message's bytes
+ * per send), and with the registration cache on (EVR_REG_CACHE=8: the
+ * registrations outlive the sends, the windows over them must not).  A
+ * fourth pass, EVR_MW=inside, binds windows inside the region even on a
+ * device that does not bound reads to them (rdma_rxe): only the reads
+ * after the FIN are tried there, which the window's end must stop, and
+ * the read before it, which must give the message's bytes.
  *
  * The raw client runs in a child process of its own (fork + exec),
  * synchronously; the server and the good client run in the parent's loop.
@@ -57,6 +68,10 @@ enum bad_case {
 	HOSTILE_BEFORE,	 /* one byte before the message */
 	HOSTILE_AFTER,	 /* one byte after it */
 	HOSTILE_AFTER_FIN, /* the message, right; then again after FIN */
+	/* the same, the echo sent from inside a remote-read region */
+	REGION_BEFORE,
+	REGION_AFTER,
+	REGION_AFTER_FIN,
 	BAD_NCASES
 };
 
@@ -92,12 +107,14 @@ static const struct {
     [HOSTILE_BEFORE] = {"hostile: read before the message", X_DENIED},
     [HOSTILE_AFTER] = {"hostile: read after the message", X_DENIED},
     [HOSTILE_AFTER_FIN] = {"hostile: read again after FIN", X_DENIED},
+    [REGION_BEFORE] = {"region: read before the message", X_DENIED},
+    [REGION_AFTER] = {"region: read after the message", X_DENIED},
+    [REGION_AFTER_FIN] = {"region: read again after FIN", X_DENIED},
 };
 
 static bool is_hostile_case(enum bad_case c)
 {
-	return c == HOSTILE_BEFORE || c == HOSTILE_AFTER ||
-	       c == HOSTILE_AFTER_FIN;
+	return c >= HOSTILE_BEFORE && c <= REGION_AFTER_FIN;
 }
 
 /* The hostile peer's message: sent by rendezvous (its eager size is
@@ -106,6 +123,13 @@ static bool is_hostile_case(enum bad_case c)
  * to pages would let the reads beside it succeed. */
 #define HOSTILE_LEN 4000
 #define HOSTILE_EAGER 1024
+/* The region cases' message: one byte longer, so the server knows to echo
+ * it from inside its region, at REGION_AT (neither end on a page
+ * boundary), between bytes of REGION_FILL. */
+#define REGION_MSG_LEN (HOSTILE_LEN + 1)
+#define REGION_SIZE 16384
+#define REGION_AT 4097
+#define REGION_FILL 0x5a
 #define HOSTILE_READ_WR 100
 
 static bool is_handshake_case(enum bad_case c)
@@ -400,7 +424,8 @@ static int raw_hostile(enum bad_case bc, struct rdma_cm_id *id,
 		       struct ibv_cq *cq, struct ibv_mr *mr,
 		       uint8_t (*mem)[40000])
 {
-	static uint8_t src[HOSTILE_LEN];
+	static uint8_t src[REGION_MSG_LEN];
+	size_t len = bc >= REGION_BEFORE ? REGION_MSG_LEN : HOSTILE_LEN;
 	struct evr__limits lim = {HOSTILE_EAGER, 1 << 20};
 	struct evr__hdr h = {0};
 	struct evr__rndv_req r = {0};
@@ -411,15 +436,17 @@ static int raw_hostile(enum bad_case bc, struct rdma_cm_id *id,
 	bool fin = false, req = false;
 	int st;
 
-	rt_fill(src, sizeof(src), 77);
-	smr = ibv_reg_mr(mr->pd, src, sizeof(src),
+	if (bc >= REGION_BEFORE) /* the same reads as the plain cases */
+		bc = (enum bad_case)(HOSTILE_BEFORE + (bc - REGION_BEFORE));
+	rt_fill(src, len, 77);
+	smr = ibv_reg_mr(mr->pd, src, len,
 			 IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
 	if (!smr)
 		return 40;
 	h.type = EVR_T_RNDV_REQ;
 	h.len = EVR_RNDV_REQ_SIZE;
 	r.addr = (uintptr_t)src;
-	r.len = sizeof(src);
+	r.len = len;
 	r.rkey = smr->rkey;
 	r.id = 7;
 	evr__hdr_encode(mem[0], &h);
@@ -440,7 +467,7 @@ static int raw_hostile(enum bad_case bc, struct rdma_cm_id *id,
 		else if (ps.hdr.type == EVR_T_RNDV_REQ)
 			req = true, r = ps.rndv;
 	}
-	if (r.len != HOSTILE_LEN - 1)
+	if (r.len != len - 1)
 		return 45;
 	switch (bc) {
 	case HOSTILE_BEFORE:
@@ -592,6 +619,8 @@ wait_disconnect:
 struct server {
 	evr_ctx *ctx;
 	evr_listener *l;
+	uint8_t *region; /* REGION_SIZE bytes, registered for remote read */
+	evr_mr *mr;
 	int accepted;
 	/* on_close (or a failed on_connect) of the server's conns: -EPROTO,
 	 * -ESHUTDOWN (the peer said goodbye), anything else */
@@ -607,9 +636,18 @@ static void echo_sent(evr_conn *c, int status, void *arg)
 
 static void srv_recv(evr_conn *c, const void *data, size_t len, void *arg)
 {
-	evr_msg *m = evr_conn_hold(c);
+	struct server *srv = arg;
+	evr_msg *m;
 
-	(void)arg;
+	if (len == REGION_MSG_LEN) { /* see REGION_MSG_LEN */
+		uint8_t *at = srv->region + REGION_AT;
+
+		memset(srv->region, REGION_FILL, REGION_SIZE);
+		memcpy(at, (const uint8_t *)data + 1, len - 1);
+		(void)evr_send(c, at, len - 1, NULL, NULL);
+		return;
+	}
+	m = evr_conn_hold(c);
 	assert_non_null(m);
 	if (len == HOSTILE_LEN) { /* see HOSTILE_LEN */
 		data = (const uint8_t *)data + 1;
@@ -897,19 +935,95 @@ static int run_raw_client(struct ev_loop *loop, struct server *srv,
 	return w.status;
 }
 
-static void test_bad_peers(void **state)
+/* Whether the device has type 2 memory windows, asked of verbs directly:
+ * what the library must then use. */
+static bool device_has_mw(void)
 {
+	struct ibv_context **devs = rdma_get_devices(NULL);
+	struct ibv_device_attr a;
+	bool mw = false;
+
+	assert_non_null(devs);
+	assert_non_null(devs[0]);
+	assert_int_equal(ibv_query_device(devs[0], &a), 0);
+	mw = a.max_mw > 0 && (a.device_cap_flags &
+			      (IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+			       IBV_DEVICE_MEM_WINDOW_TYPE_2B));
+	rdma_free_devices(devs);
+	return mw;
+}
+
+enum pass {
+	PASS_ALL,	 /* every case, the library's defaults */
+	PASS_NO_WINDOWS, /* the hostile cases, EVR_MW=off */
+	PASS_CACHE,	 /* the hostile cases, EVR_REG_CACHE=8 */
+	PASS_INSIDE,	 /* the reads after FIN, EVR_MW=inside */
+};
+
+static bool in_pass(enum pass pass, enum bad_case bc)
+{
+	switch (pass) {
+	case PASS_ALL:
+		return true;
+	case PASS_INSIDE:
+		return bc == HOSTILE_AFTER_FIN || bc == REGION_AFTER_FIN;
+	default:
+		return is_hostile_case(bc);
+	}
+}
+
+/* The cases of a pass against one server: with the device's memory
+ * windows (the default), or with EVR_MW=off (the per-send registrations
+ * a device without windows gets), or with the registration cache. */
+static void run_bad_peers(enum pass pass)
+{
+	bool windows = pass != PASS_NO_WINDOWS;
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct server srv = {0};
 	struct good *g = calloc(1, sizeof(*g));
 	struct evr_ctx_opts o;
 	struct evr_conn_opts co;
+	struct evr_stats st;
 	uint16_t port;
-	int bc, probes = 0;
+	int bc, probes = 0, rndv = 0;
+	bool mw = windows && device_has_mw();
 
-	(void)state;
 	rt_ctx_opts(&o);
+	if (pass == PASS_NO_WINDOWS)
+		assert_int_equal(setenv("EVR_MW", "off", 1), 0);
+	if (pass == PASS_CACHE)
+		assert_int_equal(setenv("EVR_REG_CACHE", "8", 1), 0);
+	if (pass == PASS_INSIDE)
+		assert_int_equal(setenv("EVR_MW", "inside", 1), 0);
 	assert_int_equal(evr_ctx_create(&srv.ctx, loop, &o), 0);
+	assert_int_equal(unsetenv("EVR_MW"), 0);
+	assert_int_equal(unsetenv("EVR_REG_CACHE"), 0);
+	assert_int_equal(posix_memalign((void **)&srv.region, 4096,
+					REGION_SIZE),
+			 0);
+	assert_int_equal(evr_mr_reg(srv.ctx, srv.region, REGION_SIZE,
+				    EVR_ACCESS_REMOTE_READ, &srv.mr),
+			 0);
+	evr_ctx_stats(srv.ctx, &st);
+	printf("# %s: rendezvous sources read through %s\n",
+	       pass == PASS_ALL		? "defaults"
+	       : pass == PASS_CACHE	? "EVR_REG_CACHE=8"
+	       : pass == PASS_INSIDE	? "EVR_MW=inside"
+					: "EVR_MW=off",
+	       st.rndv_access == EVR_RNDV_WINDOW ? "windows in any registration"
+	       : st.rndv_access == EVR_RNDV_WINDOW_EXACT
+		       ? "windows over exact registrations"
+		       : "per-send registrations");
+	if (windows && !mw)
+		printf("# the device has no type 2 memory windows: every pass "
+		       "tests the registrations\n");
+	if (!mw)
+		assert_int_equal(st.rndv_access, EVR_RNDV_REGISTER);
+	else if (pass == PASS_INSIDE)
+		assert_int_equal(st.rndv_access, EVR_RNDV_WINDOW);
+	else
+		assert_true(st.rndv_access == EVR_RNDV_WINDOW ||
+			    st.rndv_access == EVR_RNDV_WINDOW_EXACT);
 	assert_int_equal(evr_listen(srv.ctx, rt_addr(), 0, 16, srv_accept,
 				    &srv, &srv.l),
 			 0);
@@ -932,6 +1046,9 @@ static void test_bad_peers(void **state)
 		int other = srv.closes_other;
 		int accepted = srv.accepted, status;
 
+		if (!in_pass(pass, (enum bad_case)bc))
+			continue;
+		rndv += is_hostile_case((enum bad_case)bc);
 		status = run_raw_client(loop, &srv, (enum bad_case)bc, port);
 		dealt = g->echoed;
 		/* the good connection is untouched and keeps echoing:
@@ -972,6 +1089,17 @@ static void test_bad_peers(void **state)
 		assert_int_equal(srv.closes_other, other + (x == X_DENIED));
 	}
 	printf("# %d new connections served, one after each peer\n", probes);
+	/* a window for each rendezvous the server sent: the hostile echoes
+	 * and one per probe (the good connection's messages are eager) */
+	evr_ctx_stats(srv.ctx, &st);
+	printf("# %llu memory windows bound\n",
+	       (unsigned long long)st.rndv_windows);
+	if (mw)
+		assert_true(st.rndv_windows >= (uint64_t)(rndv + probes));
+	else
+		assert_int_equal(st.rndv_windows, 0);
+	assert_int_equal(evr_mr_dereg(srv.mr), 0);
+	free(srv.region);
 	evr_listener_close(srv.l);
 	evr_ctx_destroy(srv.ctx);
 	assert_int_equal(g->closed, 1); /* on_close(-ECANCELED) at destroy */
@@ -979,10 +1107,37 @@ static void test_bad_peers(void **state)
 	ev_loop_destroy(loop);
 }
 
+static void test_bad_peers(void **state)
+{
+	(void)state;
+	run_bad_peers(PASS_ALL);
+}
+
+static void test_hostile_without_windows(void **state)
+{
+	(void)state;
+	run_bad_peers(PASS_NO_WINDOWS);
+}
+
+static void test_hostile_with_cache(void **state)
+{
+	(void)state;
+	run_bad_peers(PASS_CACHE);
+}
+
+static void test_windows_inside_region(void **state)
+{
+	(void)state;
+	run_bad_peers(PASS_INSIDE);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bad_peers),
+		cmocka_unit_test(test_hostile_without_windows),
+		cmocka_unit_test(test_hostile_with_cache),
+		cmocka_unit_test(test_windows_inside_region),
 	};
 
 	/* The raw client keeps its verbs objects to the end (some of its

@@ -449,6 +449,7 @@ static void test_env_read(void **state)
 	    {"EVR_POLL_SPIN", offsetof(struct evr__env, poll_spin)},
 	    {"EVR_REG_CACHE", offsetof(struct evr__env, reg_cache)},
 	    {"EVR_SRQ", offsetof(struct evr__env, srq)},
+	    {"EVR_MW", offsetof(struct evr__env, mw)},
 	};
 	struct evr__env env;
 	size_t i;
