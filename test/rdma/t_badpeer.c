@@ -1107,37 +1107,22 @@ static void run_bad_peers(enum pass pass)
 	ev_loop_destroy(loop);
 }
 
-static void test_bad_peers(void **state)
+static void test_pass(void **state)
 {
-	(void)state;
-	run_bad_peers(PASS_ALL);
-}
-
-static void test_hostile_without_windows(void **state)
-{
-	(void)state;
-	run_bad_peers(PASS_NO_WINDOWS);
-}
-
-static void test_hostile_with_cache(void **state)
-{
-	(void)state;
-	run_bad_peers(PASS_CACHE);
-}
-
-static void test_windows_inside_region(void **state)
-{
-	(void)state;
-	run_bad_peers(PASS_INSIDE);
+	run_bad_peers(*(const enum pass *)*state);
 }
 
 int main(int argc, char **argv)
 {
+	static enum pass passes[] = {PASS_ALL, PASS_NO_WINDOWS,
+					   PASS_CACHE, PASS_INSIDE};
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_bad_peers),
-		cmocka_unit_test(test_hostile_without_windows),
-		cmocka_unit_test(test_hostile_with_cache),
-		cmocka_unit_test(test_windows_inside_region),
+		{"bad_peers", test_pass, NULL, NULL, &passes[0]},
+		{"hostile_without_windows", test_pass, NULL, NULL,
+		 &passes[1]},
+		{"hostile_with_cache", test_pass, NULL, NULL, &passes[2]},
+		{"windows_inside_region", test_pass, NULL, NULL,
+		 &passes[3]},
 	};
 
 	/* The raw client keeps its verbs objects to the end (some of its
