@@ -50,7 +50,7 @@ if [ "$(nproc)" -ge 2 ] && command -v taskset > /dev/null; then
 fi
 
 PORT=20000 SRV_PID= REG_PID=
-# The second evrdma-perf server's port: EVR_MW=off (below)
+# The second evrdma-perf server's port: EVR_MW=inside (below)
 REG_PORT=7473
 mkdir -p "$OUT" || exit 1
 : > "$LOG"
@@ -145,33 +145,34 @@ srv_up() {
 	note "evrdma-perf server not listening: $(cat "$OUT/server.txt")"
 }
 
-# A second server, and its clients, with EVR_MW=off: rendezvous sources
-# registered for each send, what a device without memory windows gets;
-# against the default (windows) it is the windows' cost.
+# A second server, and its clients, with EVR_MW=inside: a memory window
+# bound over each rendezvous message, even on rdma_rxe, whose windows the
+# library does not use by default; against a registration per message
+# (the default there) it is the windows' cost.
 reg_up() {
 	local i
 	if [ -n "$REG_PID" ] && kill -0 "$REG_PID" 2>/dev/null; then return; fi
 	: > "$OUT/server-reg.txt"
-	EVR_MW=off $PIN_S "$PERF" -s -a "$ADDR" -p $REG_PORT \
+	EVR_MW=inside $PIN_S "$PERF" -s -a "$ADDR" -p $REG_PORT \
 		> "$OUT/server-reg.txt" 2>&1 &
 	REG_PID=$!
 	for i in $(seq 1 100); do
 		grep -q listening "$OUT/server-reg.txt" && return
 		sleep 0.1
 	done
-	note "evrdma-perf EVR_MW=off server not listening: $(cat "$OUT/server-reg.txt")"
+	note "evrdma-perf EVR_MW=inside server not listening: $(cat "$OUT/server-reg.txt")"
 }
 
 # evrdma-perf client: ev REP GROUP ARGS...; one raw row per CSV line.  A
-# failed run (its error is in the log) is repeated once.  With EV_REG=1,
-# against the EVR_MW=off server and with EVR_MW=off itself.
+# failed run (its error is in the log) is repeated once.  With EV_MW=1,
+# against the EVR_MW=inside server and with EVR_MW=inside itself.
 ev() {
 	local rep=$1 group=$2 out try
 	local env=() port=()
 	shift 2
-	[ "${EV_REG:-}" = 1 ] && env=(EVR_MW=off) port=(-p $REG_PORT)
+	[ "${EV_MW:-}" = 1 ] && env=(EVR_MW=inside) port=(-p $REG_PORT)
 	for try in 1 2; do
-		if [ "${EV_REG:-}" = 1 ]; then reg_up; else srv_up; fi
+		if [ "${EV_MW:-}" = 1 ]; then reg_up; else srv_up; fi
 		log "--- ${env[*]} evrdma-perf ${port[*]} $*"
 		out=$(env "${env[@]}" $PIN_C timeout 300 "$PERF" -c "$ADDR" \
 			"${port[@]}" --csv "$@" 2>> "$LOG") &&
@@ -232,8 +233,8 @@ for rep in $(seq 1 "$REPS"); do
 			-n $LAT_ITERS
 	done
 	ev "$rep" lat -t lat -m event -S "$ev_sizes" -n $LAT_ITERS
-	# rendezvous without memory windows (65536: above the eager size)
-	EV_REG=1 ev "$rep" latreg -t lat -m poll -S 65536 -n $LAT_ITERS
+	# rendezvous through memory windows (65536: above the eager size)
+	EV_MW=1 ev "$rep" latmw -t lat -m poll -S 65536 -n $LAT_ITERS
 
 	note "pass $rep/$REPS: message rate"
 	bw_pt "$rep" rate ib_send_bw 64 -s 64 -n $RATE_ITERS
@@ -246,7 +247,7 @@ for rep in $(seq 1 "$REPS"); do
 		bw_pt "$rep" bw ib_read_bw "$s" -s "$s" -n "${BW_ITERS[$s]}"
 		ev "$rep" bw -t bw -m poll -S "$s" -n "${BW_ITERS[$s]}"
 		ev "$rep" bw -t bw -m adaptive -S "$s" -n "${BW_ITERS[$s]}"
-		EV_REG=1 ev "$rep" bwreg -t bw -m poll -S "$s" \
+		EV_MW=1 ev "$rep" bwmw -t bw -m poll -S "$s" \
 			-n "${BW_ITERS[$s]}"
 	done
 

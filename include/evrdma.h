@@ -283,15 +283,10 @@ enum evr_rndv_access {
 	 *  nothing registered), and the registration cache (EVR_REG_CACHE)
 	 *  serves any message inside a cached registration. */
 	EVR_RNDV_WINDOW,
-	/** Windows as above, each over a registration of exactly the
-	 *  message: for devices whose windows do not bound reads within
-	 *  their registration (rdma_rxe checks the registration's bounds
-	 *  only).  Regions are not borrowed; the cache serves messages with
-	 *  exactly the bytes of a cached registration. */
-	EVR_RNDV_WINDOW_EXACT,
-	/** No windows (the device has none, or EVR_MW=off): the message's
-	 *  bytes are registered for the send alone and deregistered at the
-	 *  FIN; no borrowing, no cache. */
+	/** No windows (the device has none, its windows cannot be used --
+	 *  rdma_rxe's, see README -- or EVR_MW=off): the message's bytes are
+	 *  registered for the send alone and deregistered at the FIN; no
+	 *  borrowing, no cache. */
 	EVR_RNDV_REGISTER,
 };
 

@@ -13,10 +13,6 @@
  *   anything that covers the message: an evr_mr the user registered for
  *   remote read (borrowed: zero copy, nothing registered), one shared by
  *   concurrent sends of the same bytes, or a cached one.
- * - EVR_RNDV_WINDOW_EXACT: windows as above, but a device whose windows
- *   do not bound reads (rdma_rxe) needs the registration under each to be
- *   exactly the message: no borrowing, and a registration is shared or
- *   reused only by messages of exactly its bytes.
  * - EVR_RNDV_REGISTER (no windows): the message's bytes, exactly, are
  *   registered for this send alone (the pages are pinned whole, but the
  *   rkey reaches only those bytes) and deregistered at its FIN: never
@@ -190,9 +186,7 @@ int evr__reg_get(evr_ctx *ctx, const void *addr, size_t len,
 		if (ctx->rndv_access == EVR_RNDV_REGISTER)
 			break; /* one registration per send */
 		r = evr__container_of(pos, struct evr__reg, link);
-		if (ctx->rndv_access == EVR_RNDV_WINDOW
-			    ? r->start <= s && e <= r->end
-			    : r->start == s && r->end == e) {
+		if (r->start <= s && e <= r->end) {
 			r->refs++;
 			/* move to the MRU end */
 			evr__list_del(&r->link);
