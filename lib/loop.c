@@ -25,6 +25,10 @@
 
 #include <errno.h>
 
+/* POLL mode: completions handled in one check before the loop runs its
+ * other watchers again. */
+#define EVR_CHECK_BUDGET 64
+
 /* Back to sleeping on the completion channel: post what is waiting, arm
  * every CQ that is not armed, poll it until empty (nothing that completed
  * before the arm is left behind), and post what that poll's callbacks
@@ -107,20 +111,34 @@ static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 static void on_check(struct ev_loop *loop, ev_check *w, int revents)
 {
 	evr_ctx *ctx = evr__container_of(w, evr_ctx, check_w);
-	unsigned i, n;
+	unsigned n, total = 0, empty = 0;
 
 	(void)loop;
 	(void)revents;
 	if (!ctx->polling)
 		return;
-	/* A loop iteration costs a syscall (epoll_wait with timeout 0) and
-	 * clock reads; poll a while before paying it again, but return to the
-	 * loop as soon as there is work, so nothing else waits long. */
-	n = evr__cq_poll_all(ctx, 256);
-	for (i = 0; n == 0 && i < ctx->tune.poll_spin; i++)
+	/* A loop iteration costs a syscall (epoll_wait with timeout 0), clock
+	 * reads and the watchers' bookkeeping: more than the work of a small
+	 * message.  So stay here while completions keep coming -- poll,
+	 * dispatch, post what the callbacks submitted, poll again -- and go
+	 * back to the loop after poll_spin empty passes in a row, or after
+	 * EVR_CHECK_BUDGET completions, so other watchers (the user's fds,
+	 * timers, rdma_cm) still run often.  A ping-pong's reply is thus
+	 * posted and its answer polled for without a loop iteration. */
+	while (ctx->polling) {
 		n = evr__cq_poll_all(ctx, 256);
-	if (ctx->mode == EVR_MODE_ADAPTIVE &&
-	    evr__adapt_poll(&ctx->adapt, evr__loop_ns(ctx), n)) {
+		if (n) {
+			evr__ctx_progress(ctx);
+			total += n;
+			empty = 0;
+			if (total >= EVR_CHECK_BUDGET)
+				break;
+		} else if (++empty > ctx->tune.poll_spin) {
+			break;
+		}
+	}
+	if (ctx->polling && ctx->mode == EVR_MODE_ADAPTIVE &&
+	    evr__adapt_poll(&ctx->adapt, evr__loop_ns(ctx), total)) {
 		ctx->st.mode_switches++;
 		evr__loop_set_polling(ctx, false);
 		ctx->need_arm = false;

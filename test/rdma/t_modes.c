@@ -81,16 +81,21 @@ static void on_toggle(struct ev_loop *loop, ev_timer *w, int revents)
 	tg->n++;
 }
 
+/* A phase ends when n messages are back and the mode was set `toggles`
+ * times: how many messages fit between two timer ticks depends on the
+ * device and on how long the library keeps polling per loop iteration. */
 struct target {
 	struct flow *f;
 	uint32_t n;
+	const struct toggler *tg;
+	unsigned toggles;
 };
 
 static int got_n(void *arg)
 {
 	struct target *t = arg;
 
-	return t->f->got >= t->n;
+	return t->f->got >= t->n && (!t->tg || t->tg->n >= t->toggles);
 }
 
 struct switches {
@@ -116,7 +121,7 @@ static void test_forced_switches(void **state)
 	struct flow *f = calloc(1, sizeof(*f));
 	struct toggler tg = {0};
 	struct switches sw = {0};
-	struct target tgt = {f, 20000};
+	struct target tgt = {f, 20000, &tg, 0};
 	struct evr_stats st0, st1;
 	struct rt_pair p;
 	double t0;
@@ -139,6 +144,7 @@ static void test_forced_switches(void **state)
 	 * stops the ping-pong and shows as a timeout, not as a slowdown */
 	f->window = 1;
 	tgt.n = 3000;
+	tgt.toggles = 400;
 	t0 = rt_now();
 	pump(&p.cli);
 	assert_int_equal(rt_run_until(loop, got_n, &tgt, 120), 0);
@@ -148,6 +154,7 @@ static void test_forced_switches(void **state)
 	/* then a window of 16 */
 	f->window = 16;
 	tgt.n = f->got + 20000;
+	tgt.toggles = 1000;
 	t0 = rt_now();
 	pump(&p.cli);
 	assert_int_equal(rt_run_until(loop, got_n, &tgt, 120), 0);
@@ -190,7 +197,7 @@ static void test_adaptive_follows_load(void **state)
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct flow *f = calloc(1, sizeof(*f));
 	struct switches sw = {0};
-	struct target tgt = {f, 0};
+	struct target tgt = {f, 0, NULL, 0};
 	struct evr_stats st0, st1, sta;
 	struct rt_pair p;
 	double t0;
