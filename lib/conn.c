@@ -236,7 +236,6 @@ static void post_srq_recvs(evr_conn *c)
 	struct ibv_recv_wr wrs[64], *bad;
 	struct ibv_sge sges[64];
 	bool update[64];
-	uint32_t owed = 0;
 	unsigned n, i;
 	int rc;
 
@@ -254,8 +253,8 @@ static void post_srq_recvs(evr_conn *c)
 		for (i = 0; i < n; i++) {
 			if (rc && &wrs[i] == bad)
 				break;
-			owed += evr__bank_repost(&ctx->bank, &c->bank, &c->cr,
-						 update[i]);
+			evr__bank_repost(&ctx->bank, &c->bank, &c->cr,
+					 update[i]);
 		}
 		ctx->st.recv_wrs += i;
 		if (!rc)
@@ -271,8 +270,9 @@ static void post_srq_recvs(evr_conn *c)
 		evr__conn_fail(c, rc);
 	}
 	c->nrepost = 0;
-	if (owed && c->state != EVR_CS_CLOSED)
-		evr__conn_dirty(c); /* the credits go out with the flush */
+	/* The credits these make owed go out with the flush that called
+	 * this, which posts receives before anything else; a conn not up yet
+	 * is flushed when it is (evr__conn_established). */
 }
 
 void evr__conn_recv_put(evr_conn *c, struct evr__buf *b)

@@ -68,16 +68,22 @@ static struct evr__op *batch_pop(struct evr__sq *sq)
 static void build_wr(const struct evr__op *op, struct ibv_send_wr *wr,
 		     struct ibv_sge *sge)
 {
-	memset(wr, 0, sizeof(*wr));
+	/* Field by field, not a memset of the whole WR: this runs for every
+	 * message.  What an opcode does not use keeps an earlier WR's value
+	 * (the array is reused), which the device ignores. */
 	wr->wr_id = (uintptr_t)&op->h;
 	wr->opcode = (enum ibv_wr_opcode)op->opcode;
 	wr->send_flags = op->send_flags;
+	wr->imm_data = 0;
 	if (op->wqe.len) {
 		sge->addr = op->wqe.laddr;
 		sge->length = op->wqe.len;
 		sge->lkey = op->wqe.lkey;
 		wr->sg_list = sge;
 		wr->num_sge = 1;
+	} else {
+		wr->sg_list = NULL;
+		wr->num_sge = 0;
 	}
 	switch (wr->opcode) {
 	case IBV_WR_ATOMIC_FETCH_AND_ADD:
