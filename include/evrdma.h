@@ -223,6 +223,17 @@ struct evr_ctx_opts {
 	 *  checked every window_idle_ms: credits go back 1 to 2 times it
 	 *  after the last send.  0: the default, 2000; UINT_MAX: never. */
 	unsigned window_idle_ms;
+	/** ADAPTIVE, while in EVENT: after posting, poll the CQs up to this
+	 *  long (us) before sleeping -- spin, then block -- so that an
+	 *  answer that comes within it (a request's reply, a reply's next
+	 *  request) is taken without a wakeup; each completion it takes
+	 *  that produces another post starts the spin anew.  It costs up to
+	 *  this much CPU per message sent while the traffic is too light to
+	 *  switch to POLL, and nothing while idle.  0: the environment
+	 *  variable EVR_ADAPT_SPIN_US, else the default, 50; UINT_MAX (or
+	 *  EVR_ADAPT_SPIN_US=0): never spin.  evr_stats.spin_hits counts
+	 *  what it took. */
+	unsigned adapt_spin_us;
 };
 
 /** Fill opts with the defaults and record sizeof(*opts) in opts->size, as
@@ -350,6 +361,9 @@ struct evr_stats {
 	 *  the memory windows bound for that so far. */
 	enum evr_rndv_access rndv_access;
 	uint64_t rndv_windows;
+	/** Completions taken by ADAPTIVE's spin after a post, each without a
+	 *  wakeup (evr_ctx_opts.adapt_spin_us). */
+	uint64_t spin_hits;
 };
 
 EVR_EXPORT void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out);

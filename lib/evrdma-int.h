@@ -608,7 +608,8 @@ struct evr__hooks {
  * once, at creation (opts.c). */
 struct evr__tune {
 	struct evr__adapt_cfg adapt;
-	unsigned poll_spin;	/* POLL: empty passes per loop iteration */
+	unsigned poll_spin;	/* POLL: empty passes in a row per check */
+	unsigned spin_us;	/* ADAPTIVE in EVENT: spin after a post (0: no) */
 	unsigned reg_cache_max; /* registrations kept after use (mr.c) */
 	/* without a log sink: lines at or below log_stderr - 1 go to
 	 * stderr; 0 (also a zeroed ctx): none */
@@ -655,6 +656,7 @@ struct evr_ctx {
 	bool need_arm;	    /* back to EVENT: arm + re-poll in on_prepare */
 	bool cm_more;	    /* rdma_cm events left for the next iteration */
 	struct evr__adapt adapt;
+	uint64_t spin_mark; /* post_send_calls at the last spin's last post */
 	struct evr__tune tune;
 	evr_mode_cb mode_cb;
 	void *mode_arg;
@@ -710,7 +712,10 @@ static inline void evr__ctx_timer_stop(evr_ctx *ctx, struct evr__timer *t)
 {
 	evr__timer_stop(&ctx->timers, t);
 }
-/* Empty CQ poll passes per loop iteration in POLL mode (EVR_POLL_SPIN). */
+/* ADAPTIVE in EVENT: how long to poll after a post (EVR_ADAPT_SPIN_US). */
+#define EVR_ADAPT_SPIN_US 50
+/* POLL: empty CQ poll passes in a row before the check watcher returns to
+ * the loop (EVR_POLL_SPIN). */
 #define EVR_POLL_SPIN 64
 int evr__set_nonblock(int fd);
 /* "error"|"warn"|"info"|"debug" (any case; "1": debug, other text: warn)
@@ -741,6 +746,7 @@ struct evr__env {
 	const char *adapt_quiet_us;    /* EVR_ADAPT_QUIET_US */
 	const char *adapt_quiet_polls; /* EVR_ADAPT_QUIET_POLLS */
 	const char *poll_spin;	       /* EVR_POLL_SPIN */
+	const char *adapt_spin_us;     /* EVR_ADAPT_SPIN_US */
 	const char *reg_cache;	       /* EVR_REG_CACHE */
 	const char *srq;	       /* EVR_SRQ */
 	const char *mw;		       /* EVR_MW */

@@ -9,8 +9,11 @@
  *   async_w  ibv_context->async_fd: QP/CQ/port/device events
  *   prep_w   ev_prepare: before the loop sleeps, run the run queue
  *            (runq.c): every flush and state step, so everything submitted
- *            during the iteration is posted (one ibv_post_send per QP)
- *   check_w  ev_check: in POLL mode, poll the CQs after every loop wakeup
+ *            during the iteration is posted (one ibv_post_send per QP);
+ *            in ADAPTIVE's EVENT phase, then spin a while for the answer
+ *            to what was posted before arming (spin_then_block)
+ *   check_w  ev_check: in POLL mode, poll the CQs after every loop wakeup,
+ *            and on while completions keep coming (up to a budget)
  *   idle_w   ev_idle: active only in POLL mode, keeps the loop from sleeping
  *            while other watchers still run every iteration
  *   timer_w  ev_timer at the earliest deadline of the ctx's heap (timer.c:
@@ -88,17 +91,56 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 	timer_sync(ctx);
 }
 
+/* ADAPTIVE in EVENT, something was posted since the last spin: poll for
+ * the answer a while before sleeping (evr_ctx_opts.adapt_spin_us).  A
+ * completion taken here needs no wakeup; one whose callbacks post again
+ * starts the spin anew, up to EVR_CHECK_BUDGET completions, after which
+ * the loop runs its other watchers and the next prepare spins on. */
+static bool spin_wanted(const evr_ctx *ctx)
+{
+	return ctx->tune.spin_us && ctx->mode == EVR_MODE_ADAPTIVE &&
+	       !ctx->polling && ctx->st.post_send_calls != ctx->spin_mark;
+}
+
+static void spin_then_block(evr_ctx *ctx)
+{
+	double spin = ctx->tune.spin_us * 1e-6, end = ev_time() + spin;
+	unsigned n, total = 0;
+
+	ctx->spin_mark = ctx->st.post_send_calls;
+	while (ctx->mode == EVR_MODE_ADAPTIVE && !ctx->polling) {
+		n = evr__cq_poll_all(ctx, 256);
+		if (!n) {
+			if (ev_time() >= end)
+				return;
+			continue;
+		}
+		ctx->st.spin_hits += n;
+		evr__ctx_progress(ctx);
+		total += n;
+		if (ctx->st.post_send_calls != ctx->spin_mark) {
+			ctx->spin_mark = ctx->st.post_send_calls;
+			end = ev_time() + spin; /* an answer is due again */
+		}
+		if (total >= EVR_CHECK_BUDGET) {
+			ctx->spin_mark--; /* the next prepare spins on */
+			return;
+		}
+	}
+}
+
 static void on_prepare(struct ev_loop *loop, ev_prepare *w, int revents)
 {
 	evr_ctx *ctx = evr__container_of(w, evr_ctx, prep_w);
 
 	(void)loop;
 	(void)revents;
+	evr__ctx_progress(ctx);
+	if (spin_wanted(ctx))
+		spin_then_block(ctx);
 	if (ctx->need_arm && !ctx->polling) {
 		ctx->need_arm = false;
 		arm_all(ctx); /* posts too, before and after */
-	} else {
-		evr__ctx_progress(ctx);
 	}
 	if (ctx->srq) {
 		/* conns gone since: free them; the shared queue's refill */
@@ -262,6 +304,14 @@ void evr__loop_on_cq_channel(struct ev_loop *loop, ev_io *w, int revents)
 	up = ctx->mode == EVR_MODE_ADAPTIVE &&
 	     evr__adapt_wakeup(&ctx->adapt, evr__loop_ns(ctx), n);
 	if (!ctx->polling && !up) {
+		if (ctx->mode == EVR_MODE_ADAPTIVE && ctx->tune.spin_us) {
+			/* post now; on_prepare spins for the answer, then
+			 * arms (a CQ armed during the spin would raise an
+			 * event for what the spin takes) */
+			ctx->need_arm = true;
+			evr__ctx_progress(ctx);
+			return;
+		}
 		arm_all(ctx); /* posts first, see there */
 		return;
 	}

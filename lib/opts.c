@@ -25,6 +25,7 @@
 #include "evrdma-int.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -122,6 +123,7 @@ void evr__env_read(struct evr__env *env)
 	env->adapt_up_batch = getenv("EVR_ADAPT_UP_BATCH");
 	env->adapt_quiet_us = getenv("EVR_ADAPT_QUIET_US");
 	env->adapt_quiet_polls = getenv("EVR_ADAPT_QUIET_POLLS");
+	env->adapt_spin_us = getenv("EVR_ADAPT_SPIN_US");
 	env->poll_spin = getenv("EVR_POLL_SPIN");
 	env->reg_cache = getenv("EVR_REG_CACHE");
 	env->srq = getenv("EVR_SRQ");
@@ -156,6 +158,10 @@ void evr__tune_resolve(struct evr__tune *t, const struct evr_ctx_opts *o,
 	t->adapt.quiet_polls =
 	    evr__opt_pick(0, env->adapt_quiet_polls, EVR_ADAPT_QUIET_POLLS);
 	t->poll_spin = evr__opt_pick(0, env->poll_spin, EVR_POLL_SPIN);
+	t->spin_us = evr__opt_pick(o->adapt_spin_us, env->adapt_spin_us,
+				   EVR_ADAPT_SPIN_US);
+	if (t->spin_us == UINT_MAX)
+		t->spin_us = 0; /* never */
 	t->reg_cache_max = evr__opt_pick(0, env->reg_cache, 0);
 	/* a log sink in the options takes the lines: EVR_LOG is not read */
 	t->log_stderr = o->log_fn || lvl < 0 ? 0 : (unsigned)lvl + 1;

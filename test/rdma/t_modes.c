@@ -8,7 +8,10 @@
  * forced ones and the adaptive ones, each exactly once; the callback
  * reports the adaptive ones only.
  */
-#include "rt_pair.h"
+#include "rt_drive.h"
+
+#include <limits.h>
+#include <stdbool.h>
 
 struct flow {
 	uint32_t sent, got, bad;
@@ -236,7 +239,9 @@ static void test_adaptive_follows_load(void **state)
 	assert_int_equal(st1.mode_switches - sta.mode_switches,
 			 (uint64_t)(sw.to_poll + sw.to_event));
 
-	/* idle again: no spinning -- polls stay flat, no wakeups */
+	/* idle again: no spinning -- polls stay flat, no wakeups (once the
+	 * spin after the last post, adapt_spin_us, has ended) */
+	rt_run_for(loop, 0.05);
 	evr_ctx_stats(p.ctx, &st0);
 	rt_run_for(loop, 0.5);
 	evr_ctx_stats(p.ctx, &st1);
@@ -261,11 +266,135 @@ static void test_adaptive_follows_load(void **state)
 	ev_loop_destroy(loop);
 }
 
+/*
+ * ADAPTIVE's spin, then block (evr_ctx_opts.adapt_spin_us), on both
+ * driving paths: pings paced 20 ms apart, far below the rate that switches
+ * to POLL, on one ctx.  With a spin longer than a round trip, the ping and
+ * its echo (their receives and their sends' completions) are all taken by
+ * the spin that follows the ping's post, without waiting for a wakeup (the
+ * CQ armed while the pair idled may still raise one event for them); with
+ * the spin off, the spin takes nothing and each ping needs a wakeup.  Idle
+ * afterwards, nothing is polled.
+ */
+#define SPIN_PINGS 10
+
+struct spin_run {
+	struct rt_pair *p;
+	unsigned got, echoed;
+	uint8_t ping[64], echo[64];
+};
+
+static void spin_srv_recv(evr_conn *c, const void *data, size_t len,
+			  void *arg)
+{
+	struct spin_run *r = ((struct rt_side *)arg)->user;
+
+	memcpy(r->echo, data, len);
+	assert_int_equal(evr_send(c, r->echo, len, NULL, NULL), 0);
+	r->echoed++;
+}
+
+static void spin_cli_recv(evr_conn *c, const void *data, size_t len,
+			  void *arg)
+{
+	struct spin_run *r = ((struct rt_side *)arg)->user;
+
+	(void)c;
+	assert_int_equal(len, sizeof(r->ping));
+	assert_memory_equal(data, r->ping, len);
+	r->got++;
+}
+
+static int spin_got(void *arg)
+{
+	struct spin_run *r = arg;
+
+	return r->got == r->echoed && r->got > 0 &&
+	       r->got == (unsigned)r->ping[0];
+}
+
+static void run_spin(enum rt_path path, bool spin)
+{
+	struct evr_ctx_opts o;
+	struct evr_stats st0, st1, st2;
+	struct spin_run r = {0};
+	struct rt_drv d;
+	struct rt_pair p;
+	unsigned i;
+
+	rt_drv_init(&d, path);
+	rt_ctx_opts(&o);
+	/* longer than a round trip even under valgrind; off: UINT_MAX */
+	o.adapt_spin_us = spin ? 100000 : UINT_MAX;
+	rt_pair_init(&p, rt_drv_loop(&d), &o);
+	rt_drv_attach(&d, p.ctx);
+	r.p = &p;
+	p.cli.user = p.srv.user = &r;
+	p.srv_opts.on_recv = spin_srv_recv;
+	p.cli_opts.on_recv = spin_cli_recv;
+	rt_drv_pair_connect(&d, &p);
+	assert_int_equal(evr_ctx_mode(p.ctx), EVR_MODE_EVENT); /* ADAPTIVE */
+	rt_drv_run_for(&d, 0.2); /* the set-up's spins are over */
+	evr_ctx_stats(p.ctx, &st0);
+	for (i = 1; i <= SPIN_PINGS; i++) {
+		memset(r.ping, (int)i, sizeof(r.ping));
+		assert_int_equal(
+		    evr_send(p.cli.conn, r.ping, sizeof(r.ping), NULL, NULL),
+		    0);
+		assert_int_equal(rt_drv_run_until(&d, spin_got, &r, 10), 0);
+		rt_drv_run_for(&d, 0.02);
+	}
+	rt_drv_run_for(&d, 0.2); /* the last spin ends */
+	evr_ctx_stats(p.ctx, &st1);
+	rt_drv_run_for(&d, 0.5);
+	evr_ctx_stats(p.ctx, &st2);
+	printf("# %s, spin %s: %u pings, %llu wakeups, %llu completions taken "
+	       "by the spin, %llu mode switches\n",
+	       rt_path_name(path), spin ? "100 ms" : "off", r.got,
+	       (unsigned long long)(st1.wakeups - st0.wakeups),
+	       (unsigned long long)(st1.spin_hits - st0.spin_hits),
+	       (unsigned long long)(st1.mode_switches - st0.mode_switches));
+	assert_int_equal(r.got, SPIN_PINGS);
+	assert_int_equal(st1.mode_switches, st0.mode_switches); /* no POLL */
+	if (spin) {
+		/* each ping and each echo, received and sent: all taken by
+		 * the spin; at most one (spurious) wakeup per ping */
+		assert_true(st1.spin_hits - st0.spin_hits >= 4 * SPIN_PINGS);
+		assert_true(st1.wakeups - st0.wakeups <= SPIN_PINGS);
+	} else {
+		/* each ping needs a wakeup */
+		assert_int_equal(st1.spin_hits, st0.spin_hits);
+		assert_true(st1.wakeups - st0.wakeups >= SPIN_PINGS);
+	}
+	/* idle: no spin, no poll */
+	assert_int_equal(st2.polls, st1.polls);
+	assert_int_equal(st2.spin_hits, st1.spin_hits);
+	rt_drv_pair_close(&d, &p);
+	rt_drv_pair_fini(&d, &p);
+	rt_drv_fini(&d);
+}
+
+static void test_spin_libev(void **state)
+{
+	(void)state;
+	run_spin(RT_LIBEV, true);
+	run_spin(RT_LIBEV, false);
+}
+
+static void test_spin_embed(void **state)
+{
+	(void)state;
+	run_spin(RT_EMBED, true);
+	run_spin(RT_EMBED, false);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_forced_switches),
 		cmocka_unit_test(test_adaptive_follows_load),
+		cmocka_unit_test(test_spin_libev),
+		cmocka_unit_test(test_spin_embed),
 	};
 
 	rt_init(600);

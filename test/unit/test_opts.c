@@ -19,6 +19,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -366,6 +367,7 @@ static void test_tune_resolve(void **state)
 	assert_int_equal(t.adapt.quiet_polls, EVR_ADAPT_QUIET_POLLS);
 	assert_int_equal(t.adapt.window_us, EVR_ADAPT_WINDOW_US);
 	assert_int_equal(t.poll_spin, EVR_POLL_SPIN);
+	assert_int_equal(t.spin_us, EVR_ADAPT_SPIN_US);
 	assert_int_equal(t.reg_cache_max, 0);
 	assert_int_equal(t.log_stderr, 0);
 
@@ -375,6 +377,7 @@ static void test_tune_resolve(void **state)
 	env.adapt_quiet_us = "300";
 	env.adapt_quiet_polls = "0";
 	env.poll_spin = "5";
+	env.adapt_spin_us = "0"; /* off */
 	env.reg_cache = "8";
 	env.log = "info";
 	evr__tune_resolve(&t, &o, &env);
@@ -383,6 +386,7 @@ static void test_tune_resolve(void **state)
 	assert_int_equal(t.adapt.quiet_us, 300);
 	assert_int_equal(t.adapt.quiet_polls, 0);
 	assert_int_equal(t.poll_spin, 5);
+	assert_int_equal(t.spin_us, 0);
 	assert_int_equal(t.reg_cache_max, 8);
 	assert_int_equal(t.log_stderr, EVR_LOG_INFO + 1);
 
@@ -390,13 +394,19 @@ static void test_tune_resolve(void **state)
 	o.adapt_up_rate = 1;
 	o.adapt_up_batch = 2;
 	o.adapt_quiet_us = 3;
+	o.adapt_spin_us = 7;
 	o.log_fn = log_sink;
 	evr__tune_resolve(&t, &o, &env);
+	assert_int_equal(t.spin_us, 7);
 	assert_int_equal(t.adapt.up_rate, 1);
 	assert_int_equal(t.adapt.up_batch, 2);
 	assert_int_equal(t.adapt.quiet_us, 3);
 	assert_int_equal(t.log_stderr, 0);
 	assert_int_equal(t.poll_spin, 5); /* no option: still the variable */
+	/* UINT_MAX: never spin */
+	o.adapt_spin_us = UINT_MAX;
+	evr__tune_resolve(&t, &o, &env);
+	assert_int_equal(t.spin_us, 0);
 }
 
 /* EVR_SRQ decides only when the option is left at AUTO; other text than
@@ -447,6 +457,7 @@ static void test_env_read(void **state)
 	    {"EVR_ADAPT_QUIET_POLLS",
 	     offsetof(struct evr__env, adapt_quiet_polls)},
 	    {"EVR_POLL_SPIN", offsetof(struct evr__env, poll_spin)},
+	    {"EVR_ADAPT_SPIN_US", offsetof(struct evr__env, adapt_spin_us)},
 	    {"EVR_REG_CACHE", offsetof(struct evr__env, reg_cache)},
 	    {"EVR_SRQ", offsetof(struct evr__env, srq)},
 	    {"EVR_MW", offsetof(struct evr__env, mw)},
