@@ -268,6 +268,10 @@ for rep in $(seq 1 "$REPS"); do
 	done
 done
 
+note "instructions per round trip (callgrind)"
+bash "$(dirname "${BASH_SOURCE[0]}")/instr.sh" "$BUILD" "$OUT" $QUICK >> "$LOG" 2>&1 ||
+	note "bench/instr.sh failed"
+
 if [ -n "$SRV_PID" ]; then
 	kill "$SRV_PID"
 	wait "$SRV_PID"
