@@ -91,6 +91,18 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 	timer_sync(ctx);
 }
 
+/* ADAPTIVE decided on POLL (from EVENT, CQs not armed): the check
+ * watcher polls from now on. */
+static void to_poll(evr_ctx *ctx)
+{
+	ctx->polling = true;
+	ctx->need_arm = false;
+	ctx->st.mode_switches++;
+	ev_idle_start(ctx->loop, &ctx->idle_w);
+	if (ctx->mode_cb)
+		ctx->mode_cb(ctx, EVR_MODE_POLL, ctx->mode_arg);
+}
+
 /* ADAPTIVE in EVENT, something was posted since the last spin: poll for
  * the answer a while before sleeping (evr_ctx_opts.adapt_spin_us).  A
  * completion taken here needs no wakeup; one whose callbacks post again
@@ -116,8 +128,16 @@ static void spin_then_block(evr_ctx *ctx)
 			continue;
 		}
 		ctx->st.spin_hits += n;
-		evr__ctx_progress(ctx);
 		total += n;
+		/* a take counts as a wakeup would towards POLL, with all this
+		 * spin took as its batch: traffic that keeps the spin busy
+		 * (a stream, a fast back-to-back ping-pong) is POLL's */
+		if (evr__adapt_wakeup(&ctx->adapt, evr__loop_ns(ctx), total)) {
+			to_poll(ctx);
+			evr__ctx_progress(ctx);
+			return;
+		}
+		evr__ctx_progress(ctx);
 		if (ctx->st.post_send_calls != ctx->spin_mark) {
 			ctx->spin_mark = ctx->st.post_send_calls;
 			end = ev_time() + spin; /* an answer is due again */
@@ -316,13 +336,8 @@ void evr__loop_on_cq_channel(struct ev_loop *loop, ev_io *w, int revents)
 		return;
 	}
 	/* stay unarmed: the check watcher polls from now on */
-	if (up) {
-		ctx->polling = true;
-		ctx->st.mode_switches++;
-		ev_idle_start(ctx->loop, &ctx->idle_w);
-		if (ctx->mode_cb)
-			ctx->mode_cb(ctx, EVR_MODE_POLL, ctx->mode_arg);
-	}
+	if (up)
+		to_poll(ctx);
 	evr__ctx_progress(ctx);
 }
 
