@@ -95,10 +95,8 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
  * watcher polls from now on. */
 static void to_poll(evr_ctx *ctx)
 {
-	ctx->polling = true;
-	ctx->need_arm = false;
+	evr__loop_set_polling(ctx, true);
 	ctx->st.mode_switches++;
-	ev_idle_start(ctx->loop, &ctx->idle_w);
 	if (ctx->mode_cb)
 		ctx->mode_cb(ctx, EVR_MODE_POLL, ctx->mode_arg);
 }
