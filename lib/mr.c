@@ -174,51 +174,72 @@ static void reg_trim(evr_ctx *ctx)
 	}
 }
 
+/* A registration of ours that covers [s, e): in use by another send of
+ * those bytes, or cached. */
+static struct evr__reg *reg_covering(evr_ctx *ctx, uintptr_t s, uintptr_t e)
+{
+	struct evr__list *pos;
+
+	evr__list_for_each(pos, &ctx->regs)
+	{
+		struct evr__reg *r =
+		    evr__container_of(pos, struct evr__reg, link);
+
+		if (r->start <= s && e <= r->end)
+			return r;
+	}
+	return NULL;
+}
+
+/* A user registration that covers [s, e) and allows remote read. */
+static evr_mr *mr_covering(evr_ctx *ctx, uintptr_t s, uintptr_t e)
+{
+	struct evr__list *pos;
+
+	evr__list_for_each(pos, &ctx->mrs)
+	{
+		evr_mr *m = evr__container_of(pos, evr_mr, link);
+		uintptr_t ms = (uintptr_t)m->mr->addr;
+
+		if ((m->access & EVR_ACCESS_REMOTE_READ) && ms <= s &&
+		    e <= ms + m->mr->length)
+			return m;
+	}
+	return NULL;
+}
+
 int evr__reg_get(evr_ctx *ctx, const void *addr, size_t len,
 		 struct evr__reg **out)
 {
 	uintptr_t s = (uintptr_t)addr, e = s + len;
-	struct evr__list *pos, *tmp;
 	struct evr__reg *r;
+	evr_mr *m;
 
-	evr__list_for_each_safe(pos, tmp, &ctx->regs)
-	{
-		if (ctx->rndv_access == EVR_RNDV_REGISTER)
-			break; /* one registration per send */
-		r = evr__container_of(pos, struct evr__reg, link);
-		if (r->start <= s && e <= r->end) {
-			r->refs++;
-			/* move to the MRU end */
-			evr__list_del(&r->link);
-			evr__list_add_tail(&ctx->regs, &r->link);
-			*out = r;
-			return 0;
-		}
+	/* without windows: one registration per send, never shared */
+	if (ctx->rndv_access != EVR_RNDV_REGISTER &&
+	    (r = reg_covering(ctx, s, e))) {
+		r->refs++;
+		/* move to the MRU end */
+		evr__list_del(&r->link);
+		evr__list_add_tail(&ctx->regs, &r->link);
+		*out = r;
+		return 0;
 	}
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	evr__list_init(&r->link);
-	/* a user registration that covers the buffer and allows remote
-	 * read, read through a window over the message (never without) */
-	evr__list_for_each_safe(pos, tmp, &ctx->mrs)
-	{
-		if (ctx->rndv_access != EVR_RNDV_WINDOW)
-			break;
-		evr_mr *m = evr__container_of(pos, evr_mr, link);
-		uintptr_t ms = (uintptr_t)m->mr->addr;
-
-		if ((m->access & EVR_ACCESS_REMOTE_READ) && ms <= s &&
-		    e <= ms + m->mr->length) {
-			r->user = m;
-			r->mr = m->mr;
-			r->start = s;
-			r->end = e;
-			m->busy++;
-			r->refs = 1;
-			*out = r;
-			return 0;
-		}
+	/* a user registration, borrowed: read through a window over the
+	 * message (never without one) */
+	if (ctx->rndv_access == EVR_RNDV_WINDOW && (m = mr_covering(ctx, s, e))) {
+		r->user = m;
+		r->mr = m->mr;
+		r->start = s;
+		r->end = e;
+		m->busy++;
+		r->refs = 1;
+		*out = r;
+		return 0;
 	}
 	/* the message's bytes exactly, not the pages around them: the
 	 * peer's rkey must not reach the heap beside the message (pinning
