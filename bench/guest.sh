@@ -16,17 +16,8 @@
 set -u
 
 BUILD=$1 OUT=$2 REPS=${3:-3} QUICK=${4:-}
-PERF=$BUILD/tools/evrdma-perf
-# Skip libtool's wrapper script: under emulation its start-up costs more
-# than a short test.
-if [ -x "$BUILD/tools/.libs/evrdma-perf" ] && [ -d "$BUILD/lib/.libs" ]; then
-	PERF=$BUILD/tools/.libs/evrdma-perf
-	LD_LIBRARY_PATH=$BUILD/lib/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-	export LD_LIBRARY_PATH
-fi
-DEV=${BENCH_DEV:-rxe0}
-ADDR=${BENCH_ADDR:-10.77.0.1}
-GID=${BENCH_GID:-1}
+# PERF, DEV, ADDR, GID, PIN_S, PIN_C
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 LOG=$OUT/log.txt RAW=$OUT/raw.csv
 
 # Message sizes and iteration counts (chosen so that one pass stays short
@@ -42,11 +33,6 @@ if [ "$QUICK" = quick ]; then
 	LAT_SIZES="64 4096" LAT_ITERS=200 RATE_ITERS=5000
 	BW_SIZES="65536 1048576" BW_ITERS=([65536]=50 [1048576]=10)
 	CONNS=10 IDLE_S=1 LIGHT_S=1 SAT_S=1
-fi
-
-PIN_S= PIN_C=
-if [ "$(nproc)" -ge 2 ] && command -v taskset > /dev/null; then
-	PIN_S="taskset -c 0" PIN_C="taskset -c 1"
 fi
 
 PORT=20000 SRV_PID= REG_PID=

@@ -26,15 +26,8 @@ set -u
 
 BUILD=$1 OUT=$2 QUICK=${3:-}
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
-PERF=$BUILD/tools/evrdma-perf
-if [ -x "$BUILD/tools/.libs/evrdma-perf" ] && [ -d "$BUILD/lib/.libs" ]; then
-	PERF=$BUILD/tools/.libs/evrdma-perf
-	LD_LIBRARY_PATH=$BUILD/lib/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-	export LD_LIBRARY_PATH
-fi
-DEV=${BENCH_DEV:-rxe0}
-ADDR=${BENCH_ADDR:-10.77.0.1}
-GID=${BENCH_GID:-1}
+# PERF, DEV, ADDR, GID, PIN_S, PIN_C
+. "$SRC/bench/env.sh"
 SIZE=8
 N1=1000 N2=5000
 [ "$QUICK" = quick ] && N1=200 N2=600
@@ -47,10 +40,6 @@ command -v valgrind > /dev/null || { echo "bench/instr.sh: no valgrind" >&2; exi
 VG=(valgrind --tool=callgrind --toggle-collect=qsort --collect-atstart=yes
 	--compress-strings=no --compress-pos=no)
 
-PIN_S= PIN_C=
-if [ "$(nproc)" -ge 2 ] && command -v taskset > /dev/null; then
-	PIN_S="taskset -c 0" PIN_C="taskset -c 1"
-fi
 PORT=7700
 
 # Self cost by object of one callgrind file: "total provider verbs evrdma

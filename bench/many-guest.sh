@@ -34,16 +34,8 @@ set -u
 BUILD=$1 OUT=$2 QUICK=${3:-}
 shift $(($# < 3 ? $# : 3))
 PARTS=${*:-burst mem-on mem-off mem-small light}
-PERF=$BUILD/tools/evrdma-perf
-# Skip libtool's wrapper script: under emulation its start-up costs more
-# than a short test.
-if [ -x "$BUILD/tools/.libs/evrdma-perf" ] && [ -d "$BUILD/lib/.libs" ]; then
-	PERF=$BUILD/tools/.libs/evrdma-perf
-	LD_LIBRARY_PATH=$BUILD/lib/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-	export LD_LIBRARY_PATH
-fi
-ADDR=${BENCH_ADDR:-10.77.0.1}
-DEV=${BENCH_DEV:-rxe0}
+# PERF, DEV, ADDR, PIN_S, PIN_C
+. "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 LOG=$OUT/log.txt
 
 REPS=3 BURST=1000
@@ -56,11 +48,6 @@ LIGHT_CONNS=1000 LIGHT_RATE=10 LIGHT_S=20 ONE_S=30
 if [ "$QUICK" = quick ]; then
 	REPS=2 BURST=100 MEM_CONNS="100 300" LIGHT_CONNS=100 LIGHT_S=3 ONE_S=3
 	RAMP=50
-fi
-
-PIN_S= PIN_C=
-if [ "$(nproc)" -ge 2 ] && command -v taskset > /dev/null; then
-	PIN_S="taskset -c 0" PIN_C="taskset -c 1"
 fi
 
 PORT=21000 SRV_PID=
