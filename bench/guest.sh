@@ -206,6 +206,93 @@ cm_pt() {
 	row "$1" conn cmtime "" "" 0 "" "" "" "$v" "" "" "" "" "" "" ""
 }
 
+# Other libraries on the same device (issue 17), each as a new user would
+# run it.  UCX: ucx_perftest's tag-matching ping-pong over rc_verbs, wired
+# up over ud_verbs, on rxe0's GID 0 (with the IPv4-mapped GID its UD
+# wire-up times out); it reports the median.  rsockets: rstream back to
+# back, busy polling (-T n) and blocking (-T b: rsockets polls a few
+# microseconds, then blocks), which reports the mean; and bench/rs-ping,
+# blocking rsockets paced at 200 ping-pongs/s like evrdma-perf's light
+# load.
+UCX_ENV=(UCX_TLS=rc_verbs,ud_verbs "UCX_NET_DEVICES=$DEV:1" UCX_IB_GID_INDEX=0)
+RSPING=$BUILD/bench/rs-ping
+PEER_SIZES="8 64"
+
+# ucx_pt REP SIZE
+ucx_pt() {
+	local rep=$1 size=$2 spid i out v= try
+	for try in 1 2 3; do
+		PORT=$((PORT + 1))
+		env "${UCX_ENV[@]}" $PIN_S timeout 120 ucx_perftest -p $PORT \
+			>> "$LOG" 2>&1 &
+		spid=$!
+		for i in $(seq 1 40); do
+			sleep 0.25
+			out=$(env "${UCX_ENV[@]}" $PIN_C timeout 120 ucx_perftest \
+				"$ADDR" -p $PORT -t tag_lat -s "$size" \
+				-n $((LAT_ITERS * 2)) 2>&1) && break
+			grep -q "refused" <<< "$out" || break
+		done
+		wait $spid
+		log "--- ucx_perftest -t tag_lat -s $size (port $PORT)"
+		log "$out"
+		v=$(awk '$1 == "Final:" { print $3; exit }' <<< "$out")
+		valid "$v" && break
+		note "no result from ucx_perftest -s $size (try $try)"
+		v=
+	done
+	row "$rep" lat "ucx_perftest" poll "" "$size" "$v" "" "" "" "" "" "" \
+		"" "" "" ""
+}
+
+# rstream_pt REP T SIZE: T is rstream's -T (n or b)
+rstream_pt() {
+	local rep=$1 t=$2 size=$3 spid i out v= try
+	local args=(-p 0 -S "$size" -C 1 -I $((LAT_ITERS * 2)) -T "$t")
+	for try in 1 2 3; do
+		PORT=$((PORT + 1))
+		args[1]=$PORT
+		$PIN_S timeout 120 rstream -b "$ADDR" "${args[@]}" >> "$LOG" 2>&1 &
+		spid=$!
+		for i in $(seq 1 40); do
+			sleep 0.25
+			out=$($PIN_C timeout 120 rstream -s "$ADDR" "${args[@]}" 2>&1) &&
+				break
+		done
+		wait $spid
+		log "--- rstream ${args[*]}"
+		log "$out"
+		v=$(awk '$1 == "custom" { print $NF }' <<< "$out" | tail -1)
+		valid "$v" && break
+		note "no result from rstream -T $t -S $size (try $try)"
+		v=
+	done
+	row "$rep" lat "rstream -T $t" poll "" "$size" "$v" "" "" "" "" "" "" \
+		"" "" "" ""
+}
+
+# rsping_light REP: 64 bytes, 200 ping-pongs/s for LIGHT_S seconds
+rsping_light() {
+	local rep=$1 spid i out v=
+	PORT=$((PORT + 1))
+	$PIN_S "$RSPING" -s "$ADDR" -p $PORT -S 64 >> "$LOG" 2>&1 &
+	spid=$!
+	for i in $(seq 1 40); do
+		sleep 0.25
+		out=$($PIN_C timeout 120 "$RSPING" -c "$ADDR" -p $PORT -S 64 \
+			-r 200 -D "$LIGHT_S" 2>&1) && break
+	done
+	kill "$spid" 2> /dev/null
+	wait "$spid"
+	log "--- rs-ping -S 64 -r 200 -D $LIGHT_S (port $PORT)"
+	log "$out"
+	# size,rate,pings,lat_med_us,lat_p99_us,cpu_pct
+	v=$(awk -F, -v d="$LIGHT_S" 'NR == 2 {
+		printf "%s,%s,,%.3f,,,%s", $4, $5, $3 / d, $6 }' <<< "$out")
+	valid "${v%%,*}" || { note "no result from rs-ping"; v=; }
+	row "$rep" mode rs-ping blocking light 64 "${v:-,,,,,,}" "" "" "" ""
+}
+
 ev_sizes=$(echo $LAT_SIZES | tr ' ' ,)
 for rep in $(seq 1 "$REPS"); do
 	note "pass $rep/$REPS: latency"
@@ -219,6 +306,11 @@ for rep in $(seq 1 "$REPS"); do
 			-n $LAT_ITERS
 	done
 	ev "$rep" lat -t lat -m event -S "$ev_sizes" -n $LAT_ITERS
+	for s in $PEER_SIZES; do
+		ucx_pt "$rep" "$s"
+		rstream_pt "$rep" n "$s"
+		rstream_pt "$rep" b "$s"
+	done
 	# rendezvous through memory windows (65536: above the eager size)
 	EV_MW=1 ev "$rep" latmw -t lat -m poll -S 65536 -n $LAT_ITERS
 
@@ -246,6 +338,8 @@ for rep in $(seq 1 "$REPS"); do
 done
 
 for rep in $(seq 1 "$REPS"); do
+	note "pass $rep/$REPS: rsockets light"
+	rsping_light "$rep"
 	for m in event poll adaptive; do
 		note "pass $rep/$REPS: $m idle, light, sat"
 		ev "$rep" mode -t lat --load idle -D $IDLE_S -m $m
