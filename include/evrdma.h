@@ -314,6 +314,8 @@ struct evr_stats {
 	 *  those ADAPTIVE makes (also reported by evr_ctx_on_mode_switch())
 	 *  and those evr_ctx_set_mode() makes. */
 	uint64_t mode_switches;
+	/** msgs_sent: with a callback, counted when the send completed;
+	 *  without one, when posted */
 	uint64_t msgs_sent, msgs_recv;
 	uint64_t bytes_sent, bytes_recv;
 	uint64_t rndv_sent, rndv_recv;
@@ -622,7 +624,9 @@ typedef void (*evr_op_cb)(evr_conn *conn, int status, void *arg);
 /**
  * Send one message of len bytes (0 .. the peer's maximum).  The buffer is
  * the caller's and must stay valid and unchanged until cb fires (large
- * messages are read from it by the peer).  cb may be NULL.  Errors:
+ * messages are read from it by the peer).  cb may be NULL: the cheapest
+ * send (its completion is not polled for one by one), but then nothing
+ * tells when the buffer is free again.  Errors:
  * -EMSGSIZE (too large for the peer), -ENOBUFS (the send queue holds
  * send_queue_limit bytes; wait for on_drain), -EPIPE (closing or closed),
  * -ENOMEM.  Messages are delivered in order, whole, exactly once.

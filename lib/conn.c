@@ -570,6 +570,50 @@ int evr_conn_close(evr_conn *c, unsigned flags)
  * the error state so that every WR posted comes back, and bound the wait
  * for them.
  */
+static void seal_complete(struct evr__op *op, int status)
+{
+	(void)status; /* flushed: that is all it is for */
+	evr__op_free(op->h.conn->ctx, op);
+}
+
+static const struct evr__op_class seal_class = {seal_complete, NULL, NULL};
+
+/*
+ * The QP is in the error state: every WR still posted comes back flushed,
+ * and the flush waits for them all (c->sq.outstanding).  But quiet
+ * messages at the tail of the SQ that the device had already executed
+ * come back with no completion at all (sq.c).  A signaled WR posted
+ * behind them now is flushed, and its completion completes them
+ * (evr__sq_complete) -- as a verbs consumer drains a QP.  A device that
+ * refuses WRs in the error state leaves this flush to its time bound
+ * (on_timer), and the ctx signals every batch's end from then on.
+ */
+static void seal_sq(evr_conn *c)
+{
+	evr_ctx *ctx = c->ctx;
+	struct evr__op *op;
+	int err;
+
+	if (!evr__sq_open_tail(&c->sq) || c->sq.nbatch)
+		return;
+	op = evr__conn_op_new(c, EVR_OP_DRAIN, &seal_class);
+	if (!op) {
+		err = -ENOMEM;
+	} else {
+		op->opcode = IBV_WR_SEND; /* no SGE: nothing to send */
+		evr__sq_add(&c->sq, op);
+		err = evr__sq_commit(&c->sq); /* signals it: not quiet */
+	}
+	if (err) {
+		EVR_WARN(ctx,
+			 "qp %u: no marker posted behind its quiet sends "
+			 "(%s): its flush waits %d ms; every send is signaled "
+			 "from now on",
+			 c->qp->qp_num, evr_strerror(err), EVR_FLUSH_BOUND_MS);
+		ctx->quiet_off = true;
+	}
+}
+
 static void start_flushing(evr_conn *c)
 {
 	struct ibv_qp_attr attr;
@@ -585,6 +629,8 @@ static void start_flushing(evr_conn *c)
 	if (ibv_modify_qp(c->qp, &attr, IBV_QP_STATE))
 		EVR_WARN(c->ctx, "moving qp %u to the error state failed",
 			 c->qp->qp_num);
+	else
+		seal_sq(c);
 	timer_start(c, EVR_FLUSH_BOUND_MS);
 }
 
@@ -791,7 +837,8 @@ static void orphan_posted(evr_conn *c)
 }
 
 /* Posted WRs a graceful close waits for: all but credit updates, which a
- * peer that keeps sending keeps calling for. */
+ * peer that keeps sending keeps calling for, and quiet messages, whose
+ * completions come with the BYE's (sq.c). */
 static bool sq_busy(const evr_conn *c)
 {
 	const struct evr__list *pos;
@@ -801,7 +848,8 @@ static bool sq_busy(const evr_conn *c)
 		const struct evr__op *op =
 			evr__container_of(pos, struct evr__op, h.link);
 
-		if (op->kind != EVR_OP_CTRL || op->ctrl_type != EVR_T_CREDIT)
+		if (!op->quiet && (op->kind != EVR_OP_CTRL ||
+				   op->ctrl_type != EVR_T_CREDIT))
 			return true;
 	}
 	return c->sq.nbatch > 0;

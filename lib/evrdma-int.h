@@ -156,6 +156,7 @@ struct evr__op {
 	bool queued;	    /* msg.len is counted in conn->queued_bytes */
 	uint8_t ctrl_type;  /* CTRL: EVR_T_CREDIT or EVR_T_RNDV_FIN */
 	uint8_t ctrl_flags; /* CTRL CREDIT: EVR_F_WANT or EVR_F_GIVE */
+	bool quiet; /* EAGER without a callback: may end a batch unsignaled */
 	uint16_t iovcnt;    /* EAGER/RNDV from iovecs, until built */
 	struct evr__wqe wqe;
 	union {
@@ -229,6 +230,16 @@ void evr__sq_add(struct evr__sq *sq, struct evr__op *op);
  * that fits the array.  On failure the ops that were not posted are
  * completed through done() with the error, and it is returned. */
 int evr__sq_commit(struct evr__sq *sq);
+/* The last posted WR is unsignaled (a quiet op's): it, and the quiet ops
+ * before it, complete only with a later signaled WR. */
+static inline bool evr__sq_open_tail(const struct evr__sq *sq)
+{
+	return !evr__list_empty(&sq->posted) &&
+	       !(evr__list_entry(evr__list_last(&sq->posted), struct evr__op,
+				 h.link)
+			 ->send_flags &
+		 IBV_SEND_SIGNALED);
+}
 /* A send completion for op (signaled, or any op in error): completes every
  * posted op up to and including op, in order. */
 void evr__sq_complete(struct evr__sq *sq, struct evr__op *op, int status);
@@ -626,6 +637,9 @@ struct evr_ctx {
 	struct ev_loop *loop;
 	bool own_loop;
 	bool destroying;
+	/* The device took no WR in the error state (conn.c seal_sq): every
+	 * batch ends signaled, quiet or not. */
+	bool quiet_off;
 	bool running;
 	struct evr_ctx_opts o;
 	uint32_t max_eager;	/* eager payload, this side */

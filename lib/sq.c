@@ -8,8 +8,15 @@
  * SQ, so a batch is one chain; a batch longer than the array (only a test
  * gives a shorter one) goes out as several chains, one post each.  Only
  * one WR in `interval` is signaled, plus the last WR of every batch, so
- * the SQ never ends with an unsignaled tail whose completion nobody would
- * ever see.  RC completes send WRs in order, so the completion of a
+ * the SQ does not end with an unsignaled tail whose completion nobody
+ * would see -- unless that WR is a quiet op's: a message without a
+ * callback, whose completion nobody waits for, and which would otherwise
+ * cost a completion to poll and dispatch (in EVENT mode a wakeup) per
+ * message of a ping-pong.  A quiet tail completes with the next signaled
+ * WR: the interval's, the last of a later batch, the BYE of a graceful
+ * close, or the marker a flush posts behind it (conn.c seal_sq); the
+ * ops' memory and SQ slots wait that long, at most interval - 1 of
+ * them.  RC completes send WRs in order, so the completion of a
  * signaled WR means every WR posted before it has completed too:
  * evr__sq_complete() walks the posted FIFO up to that op and completes
  * each one, in posting order.  A WR that fails produces a completion
@@ -163,7 +170,7 @@ int evr__sq_commit(struct evr__sq *sq)
 		return 0;
 	last = evr__list_entry(evr__list_last(&sq->batch), struct evr__op,
 			       h.link);
-	if (!(last->send_flags & IBV_SEND_SIGNALED)) {
+	if (!(last->send_flags & IBV_SEND_SIGNALED) && !last->quiet) {
 		last->send_flags |= IBV_SEND_SIGNALED;
 		sq->unsig_run = 0;
 	}

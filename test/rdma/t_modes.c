@@ -357,9 +357,11 @@ static void run_spin(enum rt_path path, bool spin)
 	assert_int_equal(r.got, SPIN_PINGS);
 	assert_int_equal(st1.mode_switches, st0.mode_switches); /* no POLL */
 	if (spin) {
-		/* each ping and each echo, received and sent: all taken by
-		 * the spin; at most one (spurious) wakeup per ping */
-		assert_true(st1.spin_hits - st0.spin_hits >= 4 * SPIN_PINGS);
+		/* each ping and each echo received: all taken by the spin
+		 * (their sends, without a callback, end their batches
+		 * unsignaled: no completion for most of them, lib/sq.c); at
+		 * most one (spurious) wakeup per ping */
+		assert_true(st1.spin_hits - st0.spin_hits >= 2 * SPIN_PINGS);
 		assert_true(st1.wakeups - st0.wakeups <= SPIN_PINGS);
 	} else {
 		/* each ping needs a wakeup */

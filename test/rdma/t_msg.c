@@ -12,7 +12,11 @@
  *  - a message larger than the peer's maximum is -EMSGSIZE;
  *  - evr_conn_hold keeps a buffer valid past its callback, across more
  *    traffic and past the end of the connection, and evr_msg_release
- *    gives the receive credit back so traffic goes on.
+ *    gives the receive credit back so traffic goes on;
+ *  - messages without a callback (quiet: their WRs may end a batch
+ *    unsignaled) arrive like the others, count as sent, leave fewer than
+ *    one signaled WR per message, and a graceful close and an abort both
+ *    end them without the flush waiting out its bound.
  */
 #include "rt_pair.h"
 
@@ -912,6 +916,164 @@ static void test_hold(void **state)
 	ev_loop_destroy(loop);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Quiet sends: messages without a callback.  Their WRs may end a batch
+ * unsignaled (lib/sq.c), so a ping-pong of them polls no send completion
+ * per message; what is left unsignaled at the tail of the SQ must still
+ * end when the conn does: with the BYE of a graceful close, or with the
+ * marker a flush posts behind it (lib/conn.c seal_sq) -- not by the flush
+ * waiting out its time bound, which logs a warning.                       */
+
+#define QN   50 /* 3 * 16 + 2: the SQ ends with 2 quiet, unsignaled WRs */
+#define QLEN 64
+
+struct quiet_run {
+	int srv_got, cli_got, bad, send_err;
+	int warns;
+	uint8_t out[QN][QLEN], echo[QN][QLEN];
+};
+
+static void quiet_log(enum evr_log_level lvl, const char *msg, void *arg)
+{
+	struct quiet_run *q = arg;
+
+	if (lvl <= EVR_LOG_WARN) {
+		q->warns++;
+		fprintf(stderr, "    library: %s\n", msg);
+	}
+}
+
+static void quiet_ping(evr_conn *c, struct quiet_run *q)
+{
+	uint8_t *m = q->out[q->cli_got];
+
+	rt_fill(m, QLEN, (uint32_t)q->cli_got);
+	if (evr_send(c, m, QLEN, NULL, NULL))
+		q->send_err++;
+}
+
+static void quiet_srv_recv(evr_conn *c, const void *data, size_t len,
+			   void *arg)
+{
+	struct rt_side *s = arg;
+	struct quiet_run *q = s->user;
+
+	if (q->srv_got >= QN || len != QLEN) {
+		q->bad++;
+		return;
+	}
+	/* the receive buffer is ours only during this callback */
+	memcpy(q->echo[q->srv_got], data, len);
+	if (evr_send(c, q->echo[q->srv_got], len, NULL, NULL))
+		q->send_err++;
+	q->srv_got++;
+}
+
+static void quiet_cli_recv(evr_conn *c, const void *data, size_t len,
+			   void *arg)
+{
+	struct rt_side *s = arg;
+	struct quiet_run *q = s->user;
+
+	if (len != QLEN || rt_verify(data, len, (uint32_t)q->cli_got) >= 0)
+		q->bad++;
+	if (++q->cli_got < QN)
+		quiet_ping(c, q);
+}
+
+static int quiet_done(void *arg)
+{
+	const struct quiet_run *q = arg;
+
+	return q->cli_got >= QN || q->bad || q->send_err;
+}
+
+static void quiet_case(bool abort_close)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct quiet_run *q = calloc(1, sizeof(*q));
+	struct evr_ctx_opts o;
+	struct evr_stats cst, sst;
+	struct rt_pair p;
+	uint64_t data_wrs;
+
+	assert_non_null(q);
+	rt_ctx_opts(&o);
+	o.log_fn = quiet_log;
+	o.log_arg = q;
+	rt_pair_init2(&p, loop, &o, &o);
+	p.srv.user = p.cli.user = q;
+	p.srv_opts.on_recv = quiet_srv_recv;
+	p.cli_opts.on_recv = quiet_cli_recv;
+	rt_pair_connect(&p);
+
+	quiet_ping(p.cli.conn, q);
+	assert_int_equal(rt_run_until(loop, quiet_done, q, 30), 0);
+	assert_int_equal(q->cli_got, QN);
+	assert_int_equal(q->srv_got, QN);
+	assert_int_equal(q->bad, 0);
+	assert_int_equal(q->send_err, 0);
+
+	/* every message counts as sent once posted; one WR in 16 is
+	 * signaled, plus the ends of batches that are not quiet (credit
+	 * updates): fewer than one per message */
+	evr_ctx_stats(p.cctx, &cst);
+	evr_ctx_stats(p.ctx, &sst);
+	printf("# client: %llu send WRs, %llu signaled, %llu credit updates; "
+	       "server: %llu, %llu, %llu\n",
+	       (unsigned long long)cst.send_wrs,
+	       (unsigned long long)cst.signaled_wrs,
+	       (unsigned long long)cst.credit_updates,
+	       (unsigned long long)sst.send_wrs,
+	       (unsigned long long)sst.signaled_wrs,
+	       (unsigned long long)sst.credit_updates);
+	assert_int_equal(cst.msgs_sent, QN);
+	assert_int_equal(sst.msgs_sent, QN);
+	assert_int_equal(cst.bytes_sent, QN * QLEN);
+	data_wrs = cst.send_wrs - cst.credit_updates;
+	assert_int_equal(data_wrs, QN);
+	assert_true(cst.signaled_wrs <= QN / 16 + cst.credit_updates);
+	assert_true(sst.signaled_wrs <= QN / 16 + sst.credit_updates);
+
+	if (abort_close) {
+		/* the client's flush seals its quiet tail; the server's
+		 * conn fails (-ECONNRESET) and its flush seals its own */
+		assert_int_equal(evr_conn_close(p.cli.conn, EVR_CLOSE_ABORT),
+				 0);
+		assert_int_equal(rt_run_until(loop, rt_pair_closed_pred, &p, 20),
+				 0);
+		assert_int_equal(p.cli.closes, 1);
+		assert_int_equal(p.srv.closes, 1);
+		assert_int_equal(p.cli.close_status, -ECANCELED);
+		assert_int_equal(p.srv.close_status, -ECONNRESET);
+	} else {
+		/* the BYE goes behind the quiet tail and completes it */
+		rt_pair_close(&p);
+		assert_int_equal(p.cli.close_status, 0);
+		assert_int_equal(p.srv.close_status, -ESHUTDOWN);
+	}
+	/* no flush waited out its bound ("... not flushed after ...") */
+	assert_int_equal(q->warns, 0);
+	evr_ctx_stats(p.cctx, &cst);
+	assert_int_equal(cst.conns, 0);
+
+	rt_pair_fini(&p);
+	ev_loop_destroy(loop);
+	free(q);
+}
+
+static void test_quiet_graceful(void **state)
+{
+	(void)state;
+	quiet_case(false);
+}
+
+static void test_quiet_abort(void **state)
+{
+	(void)state;
+	quiet_case(true);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -922,6 +1084,8 @@ int main(void)
 	    cmocka_unit_test(test_ipv6),
 	    cmocka_unit_test(test_peer_max),
 	    cmocka_unit_test(test_hold),
+	    cmocka_unit_test(test_quiet_graceful),
+	    cmocka_unit_test(test_quiet_abort),
 	};
 
 	rt_init(170);

@@ -6,7 +6,8 @@
  * the array goes out in chains of the array's length, one post each, its
  * WRs built from the ops' compact form (opcode, flags, SGE, remote address and
  * key, immediate data, atomic operands); signaled WRs are one in
- * `interval` plus every batch tail; a signaled completion completes its
+ * `interval` plus every batch tail but a quiet one, whose ops a later
+ * signaled WR completes; a signaled completion completes its
  * predecessors in posting order, each exactly once, with the right status
  * for success, flush and error; a post failing in the middle of a chain
  * keeps the prefix posted and fails the rest, also when a later chain of
@@ -282,6 +283,62 @@ static void test_interval_clamped(void **state)
 		assert_int_equal(sq.interval, cases[i].want);
 		assert_int_equal(evr__sq_room(&sq), cases[i].depth);
 	}
+}
+
+/* A batch that ends with a quiet op (a message nobody waits for) is
+ * posted with an unsignaled tail; the quiet ops stay posted, holding
+ * their slots, until a later signaled WR -- a non-quiet batch end, or the
+ * interval's -- completes them, in order and once each.  A quiet op in
+ * the middle of a batch changes nothing. */
+static void test_quiet_tail(void **state)
+{
+	struct evr__sq sq;
+	unsigned i;
+
+	(void)state;
+	evr__sq_init(&sq, FAKE_QP, 64, 4, on_done, NULL, chain_of(64));
+	assert_false(evr__sq_open_tail(&sq));
+	/* a ping-pong's replies: one quiet op per batch */
+	for (i = 0; i < 3; i++) {
+		ops[i].quiet = true;
+		add_range(&sq, i, 1);
+		assert_int_equal(evr__sq_commit(&sq), 0);
+		assert_false(signaled(&ops[i]));
+		assert_true(evr__sq_open_tail(&sq));
+	}
+	assert_int_equal(sq.outstanding, 3);
+	assert_int_equal(evr__sq_room(&sq), 61);
+	assert_int_equal(done_log.n, 0);
+	/* the 4th is the interval's: signaled although quiet */
+	ops[3].quiet = true;
+	add_range(&sq, 3, 1);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_true(signaled(&ops[3]));
+	assert_false(evr__sq_open_tail(&sq));
+	evr__sq_complete(&sq, &ops[3], 0);
+	assert_int_equal(done_log.n, 4);
+	assert_int_equal(sq.outstanding, 0);
+
+	/* two quiet, then a batch of quiet + not quiet: its end signaled */
+	ops[4].quiet = ops[5].quiet = ops[6].quiet = true;
+	add_range(&sq, 4, 2);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_true(evr__sq_open_tail(&sq));
+	add_range(&sq, 6, 2);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	for (i = 4; i < 8; i++)
+		assert_int_equal(signaled(&ops[i]), i == 7);
+	assert_ptr_equal(last_posted(&sq), &ops[7]);
+	assert_false(evr__sq_open_tail(&sq));
+	evr__sq_complete(&sq, &ops[7], 0);
+	assert_int_equal(done_log.n, 8);
+	for (i = 0; i < 8; i++) {
+		assert_ptr_equal(done_log.op[i], &ops[i]);
+		assert_int_equal(done_log.status[i], 0);
+		assert_int_equal(times_done[i], 1);
+	}
+	check_room(&sq);
+	assert_int_equal(evr__sq_room(&sq), 64);
 }
 
 /* A CQE for a signaled op completes all posted before it, in order,
@@ -652,6 +709,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_build_opcodes, setup),
 	    cmocka_unit_test_setup(test_signal_interval, setup),
 	    cmocka_unit_test_setup(test_interval_clamped, setup),
+	    cmocka_unit_test_setup(test_quiet_tail, setup),
 	    cmocka_unit_test_setup(test_complete_in_order, setup),
 	    cmocka_unit_test_setup(test_complete_flush, setup),
 	    cmocka_unit_test_setup(test_complete_error, setup),
