@@ -584,9 +584,11 @@ static const struct evr__op_class seal_class = {seal_complete, NULL, NULL};
  * messages at the tail of the SQ that the device had already executed
  * come back with no completion at all (sq.c).  A signaled WR posted
  * behind them now is flushed, and its completion completes them
- * (evr__sq_complete) -- as a verbs consumer drains a QP.  A device that
- * refuses WRs in the error state leaves this flush to its time bound
- * (on_timer), and the ctx signals every batch's end from then on.
+ * (evr__sq_complete) -- as a verbs consumer drains a QP.  Tried at each
+ * step of the flush until the marker is posted: an SQ still full waits
+ * for the flushes of what fills it.  A device that refuses the WR leaves
+ * this flush to its time bound (on_timer), and the ctx signals every
+ * batch's end from then on.
  */
 static void seal_sq(evr_conn *c)
 {
@@ -594,7 +596,8 @@ static void seal_sq(evr_conn *c)
 	struct evr__op *op;
 	int err;
 
-	if (!evr__sq_open_tail(&c->sq) || c->sq.nbatch)
+	if (!c->qp_err || !evr__sq_open_tail(&c->sq) || c->sq.nbatch ||
+	    evr__sq_room(&c->sq) == 0)
 		return;
 	op = evr__conn_op_new(c, EVR_OP_DRAIN, &seal_class);
 	if (!op) {
@@ -630,7 +633,7 @@ static void start_flushing(evr_conn *c)
 		EVR_WARN(c->ctx, "moving qp %u to the error state failed",
 			 c->qp->qp_num);
 	else
-		seal_sq(c);
+		c->qp_err = true; /* quiet sends may need a seal (seal_sq) */
 	timer_start(c, EVR_FLUSH_BOUND_MS);
 }
 
@@ -990,6 +993,8 @@ void evr__conn_step(evr_conn *c)
 	fail_queued(c, c->error ? c->error : -ECANCELED);
 	if (!evr__list_empty(&c->repost))
 		post_recvs(c, true); /* back to the pool: QP in error */
+	if (c->state == EVR_CS_FLUSHING)
+		seal_sq(c);
 	if (c->sq.outstanding || c->recv_posted)
 		return; /* their flushes kick us */
 	if (c->state == EVR_CS_FLUSHING)

@@ -549,6 +549,7 @@ struct evr_conn {
 	struct evr__list early;		   /* receives before established */
 	unsigned rndv_active;		   /* rendezvous reads running */
 	bool peer_bye;	     /* the peer's BYE arrived: it closes gracefully */
+	bool qp_err;	     /* flushing: we moved the QP to the error state */
 	/* shared receive queue (srq.c, bank.h): our receives come from the
 	 * ctx's pool and the bank lends the peer its window */
 	bool srq;
