@@ -16,9 +16,10 @@
  *  - messages without a callback (quiet: their WRs may end a batch
  *    unsignaled) arrive like the others, count as sent, leave fewer than
  *    one signaled WR per message, and a graceful close and an abort both
- *    end them without the flush waiting out its bound.
+ *    end them without the flush waiting out its bound, on both driving
+ *    paths (the ctx's libev loop, embedded in an epoll loop).
  */
-#include "rt_pair.h"
+#include "rt_drive.h"
 
 #include <stdbool.h>
 #include <sys/uio.h>
@@ -988,90 +989,97 @@ static int quiet_done(void *arg)
 	return q->cli_got >= QN || q->bad || q->send_err;
 }
 
-static void quiet_case(bool abort_close)
+/* Both ends on one ctx, driven by its libev loop or embedded: every
+ * count covers both. */
+static void quiet_case(enum rt_path path, bool abort_close)
 {
-	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct quiet_run *q = calloc(1, sizeof(*q));
 	struct evr_ctx_opts o;
-	struct evr_stats cst, sst;
+	struct evr_stats st;
+	struct rt_drv d;
 	struct rt_pair p;
-	uint64_t data_wrs;
 
 	assert_non_null(q);
+	rt_drv_init(&d, path);
 	rt_ctx_opts(&o);
 	o.log_fn = quiet_log;
 	o.log_arg = q;
-	rt_pair_init2(&p, loop, &o, &o);
+	rt_pair_init(&p, rt_drv_loop(&d), &o);
+	rt_drv_attach(&d, p.ctx);
 	p.srv.user = p.cli.user = q;
 	p.srv_opts.on_recv = quiet_srv_recv;
 	p.cli_opts.on_recv = quiet_cli_recv;
-	rt_pair_connect(&p);
+	rt_drv_pair_connect(&d, &p);
 
 	quiet_ping(p.cli.conn, q);
-	assert_int_equal(rt_run_until(loop, quiet_done, q, 30), 0);
+	assert_int_equal(rt_drv_run_until(&d, quiet_done, q, 30), 0);
 	assert_int_equal(q->cli_got, QN);
 	assert_int_equal(q->srv_got, QN);
 	assert_int_equal(q->bad, 0);
 	assert_int_equal(q->send_err, 0);
 
-	/* every message counts as sent once posted; one WR in 16 is
-	 * signaled, plus the ends of batches that are not quiet (credit
+	/* every message counts as sent once posted; each SQ signals one WR
+	 * in 16, plus the ends of batches that are not quiet (credit
 	 * updates): fewer than one per message */
-	evr_ctx_stats(p.cctx, &cst);
-	evr_ctx_stats(p.ctx, &sst);
-	printf("# client: %llu send WRs, %llu signaled, %llu credit updates; "
-	       "server: %llu, %llu, %llu\n",
-	       (unsigned long long)cst.send_wrs,
-	       (unsigned long long)cst.signaled_wrs,
-	       (unsigned long long)cst.credit_updates,
-	       (unsigned long long)sst.send_wrs,
-	       (unsigned long long)sst.signaled_wrs,
-	       (unsigned long long)sst.credit_updates);
-	assert_int_equal(cst.msgs_sent, QN);
-	assert_int_equal(sst.msgs_sent, QN);
-	assert_int_equal(cst.bytes_sent, QN * QLEN);
-	data_wrs = cst.send_wrs - cst.credit_updates;
-	assert_int_equal(data_wrs, QN);
-	assert_true(cst.signaled_wrs <= QN / 16 + cst.credit_updates);
-	assert_true(sst.signaled_wrs <= QN / 16 + sst.credit_updates);
+	evr_ctx_stats(p.ctx, &st);
+	printf("# %s: %llu send WRs, %llu signaled, %llu credit updates\n",
+	       rt_path_name(path), (unsigned long long)st.send_wrs,
+	       (unsigned long long)st.signaled_wrs,
+	       (unsigned long long)st.credit_updates);
+	assert_int_equal(st.msgs_sent, 2 * QN);
+	assert_int_equal(st.bytes_sent, 2 * QN * QLEN);
+	assert_int_equal(st.send_wrs - st.credit_updates, 2 * QN);
+	assert_true(st.signaled_wrs <= 2 * (QN / 16) + st.credit_updates);
 
 	if (abort_close) {
 		/* the client's flush seals its quiet tail; the server's
 		 * conn fails (-ECONNRESET) and its flush seals its own */
 		assert_int_equal(evr_conn_close(p.cli.conn, EVR_CLOSE_ABORT),
 				 0);
-		assert_int_equal(rt_run_until(loop, rt_pair_closed_pred, &p, 20),
-				 0);
+		assert_int_equal(
+		    rt_drv_run_until(&d, rt_pair_closed_pred, &p, 20), 0);
 		assert_int_equal(p.cli.closes, 1);
 		assert_int_equal(p.srv.closes, 1);
 		assert_int_equal(p.cli.close_status, -ECANCELED);
 		assert_int_equal(p.srv.close_status, -ECONNRESET);
 	} else {
 		/* the BYE goes behind the quiet tail and completes it */
-		rt_pair_close(&p);
+		rt_drv_pair_close(&d, &p);
 		assert_int_equal(p.cli.close_status, 0);
 		assert_int_equal(p.srv.close_status, -ESHUTDOWN);
 	}
 	/* no flush waited out its bound ("... not flushed after ...") */
 	assert_int_equal(q->warns, 0);
-	evr_ctx_stats(p.cctx, &cst);
-	assert_int_equal(cst.conns, 0);
+	evr_ctx_stats(p.ctx, &st);
+	assert_int_equal(st.conns, 0);
 
-	rt_pair_fini(&p);
-	ev_loop_destroy(loop);
+	rt_drv_pair_fini(&d, &p);
+	rt_drv_fini(&d);
 	free(q);
 }
 
-static void test_quiet_graceful(void **state)
+static void test_quiet_graceful_libev(void **state)
 {
 	(void)state;
-	quiet_case(false);
+	quiet_case(RT_LIBEV, false);
 }
 
-static void test_quiet_abort(void **state)
+static void test_quiet_graceful_embed(void **state)
 {
 	(void)state;
-	quiet_case(true);
+	quiet_case(RT_EMBED, false);
+}
+
+static void test_quiet_abort_libev(void **state)
+{
+	(void)state;
+	quiet_case(RT_LIBEV, true);
+}
+
+static void test_quiet_abort_embed(void **state)
+{
+	(void)state;
+	quiet_case(RT_EMBED, true);
 }
 
 int main(void)
@@ -1084,8 +1092,10 @@ int main(void)
 	    cmocka_unit_test(test_ipv6),
 	    cmocka_unit_test(test_peer_max),
 	    cmocka_unit_test(test_hold),
-	    cmocka_unit_test(test_quiet_graceful),
-	    cmocka_unit_test(test_quiet_abort),
+	    cmocka_unit_test(test_quiet_graceful_libev),
+	    cmocka_unit_test(test_quiet_graceful_embed),
+	    cmocka_unit_test(test_quiet_abort_libev),
+	    cmocka_unit_test(test_quiet_abort_embed),
 	};
 
 	rt_init(170);
