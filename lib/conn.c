@@ -564,12 +564,6 @@ int evr_conn_close(evr_conn *c, unsigned flags)
 	return 0;
 }
 
-/*
- * FAILED or a drained graceful close -> FLUSHING: tell the peer (if it may
- * think itself connected: we accepted, or were connected), move the QP to
- * the error state so that every WR posted comes back, and bound the wait
- * for them.
- */
 static void seal_complete(struct evr__op *op, int status)
 {
 	(void)status; /* flushed: that is all it is for */
@@ -617,6 +611,12 @@ static void seal_sq(evr_conn *c)
 	}
 }
 
+/*
+ * FAILED or a drained graceful close -> FLUSHING: tell the peer (if it may
+ * think itself connected: we accepted, or were connected), move the QP to
+ * the error state so that every WR posted comes back, and bound the wait
+ * for them.
+ */
 static void start_flushing(evr_conn *c)
 {
 	struct ibv_qp_attr attr;

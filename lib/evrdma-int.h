@@ -234,11 +234,13 @@ int evr__sq_commit(struct evr__sq *sq);
  * before it, complete only with a later signaled WR. */
 static inline bool evr__sq_open_tail(const struct evr__sq *sq)
 {
-	return !evr__list_empty(&sq->posted) &&
-	       !(evr__list_entry(evr__list_last(&sq->posted), struct evr__op,
-				 h.link)
-			 ->send_flags &
-		 IBV_SEND_SIGNALED);
+	const struct evr__op *last;
+
+	if (evr__list_empty(&sq->posted))
+		return false;
+	last = evr__list_entry(evr__list_last(&sq->posted), struct evr__op,
+			       h.link);
+	return !(last->send_flags & IBV_SEND_SIGNALED);
 }
 /* A send completion for op (signaled, or any op in error): completes every
  * posted op up to and including op, in order. */
