@@ -13,8 +13,14 @@
  *  - Handles are opaque and allocated by the library.  Who owns what, and
  *    for how long a pointer stays valid, is written on each prototype.
  *  - A context (evr_ctx) and everything created from it belong to one loop
- *    and one thread.  No function is thread-safe unless it says so; use one
- *    ctx per thread.  evr_strerror() and evr_*_opts_init() are thread-safe.
+ *    and one thread, its owner: the thread that created it (or took it
+ *    over with evr_ctx_adopt()).  Use one ctx per thread.  Thread-safe, and
+ *    nothing else: evr_ctx_call(), evr_send_mt(), evr_conn_ref(),
+ *    evr_conn_unref() (see "Threads" below), evr_strerror(),
+ *    evr_err_name(), evr_mode_str() and evr_*_opts_init().  In builds with
+ *    assertions (the default; --disable-assert drops them) any other
+ *    function that acts on a ctx, called from a thread other than its
+ *    owner, aborts with a message naming the function.
  */
 #ifndef EVRDMA_H
 #define EVRDMA_H
@@ -267,6 +273,36 @@ EVR_EXPORT int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
  * callback of this ctx.
  */
 EVR_EXPORT void evr_ctx_destroy(evr_ctx *ctx);
+
+/*
+ * Threads.  A ctx's data path takes no lock: it runs on its owner thread.
+ * Other threads reach it through a queue of calls, and an eventfd its loop
+ * watches -- also through evr_ctx_fd(), which becomes readable -- so the
+ * owner runs them at its next loop iteration, in the order they were
+ * queued; a burst of calls costs one wakeup.  Handing an accepted
+ * connection to another ctx is not offered yet: a server uses its cores
+ * with a ctx per thread, each with its listener.
+ */
+
+/** A function to run on a ctx's thread (evr_ctx_call). */
+typedef void (*evr_call_fn)(evr_ctx *ctx, void *arg);
+
+/**
+ * Thread-safe.  Run fn(ctx, arg) on the ctx's thread, from its loop (or
+ * evr_ctx_process()), after the calls queued before it.  fn may call
+ * anything a callback may.  0, or -EINVAL (ctx or fn NULL), -ENOMEM.
+ * Calls still queued when evr_ctx_destroy() starts run inside it, first;
+ * the ctx must stay alive until every thread is done calling this.
+ */
+EVR_EXPORT int evr_ctx_call(evr_ctx *ctx, evr_call_fn fn, void *arg);
+
+/**
+ * Make the calling thread the ctx's owner: to hand a ctx created on one
+ * thread to another (e.g. create all ctxs, then start a thread per ctx).
+ * The old owner must be done with it, and the hand-off ordered by the
+ * application (pthread_create, a mutex), before the new owner calls this.
+ */
+EVR_EXPORT void evr_ctx_adopt(evr_ctx *ctx);
 
 /** The libev loop the ctx runs on (the private one if created with NULL). */
 EVR_EXPORT struct ev_loop *evr_ctx_loop(evr_ctx *ctx);
@@ -637,6 +673,34 @@ EVR_EXPORT int evr_send(evr_conn *conn, const void *buf, size_t len,
  *  iov array may be reused at once, the buffers it points to may not. */
 EVR_EXPORT int evr_sendv(evr_conn *conn, const struct iovec *iov, int iovcnt,
 			 evr_op_cb cb, void *arg);
+
+/**
+ * Thread-safe evr_send: from any thread, for a conn the caller holds a
+ * reference to (evr_conn_ref) or whose ctx it owns.  The len bytes are
+ * copied (buf may be reused at once); the send is made on the conn's
+ * thread, after the evr_send_mt() calls queued before it (a thread's
+ * messages on one conn go out in its order), and cb (may be NULL) fires
+ * there, exactly once, as for evr_send -- also with -EPIPE when the conn
+ * has ended by then, or -EMSGSIZE when the peer's maximum is below len.
+ * The send queue limit does not apply (the copy is made already).  Returns
+ * 0, or -EINVAL, -EMSGSIZE (above the ctx's max_msg_size), -ENOMEM; then
+ * cb never fires.
+ */
+EVR_EXPORT int evr_send_mt(evr_conn *conn, const void *buf, size_t len,
+			   evr_op_cb cb, void *arg);
+
+/**
+ * Thread-safe.  Keep the conn's handle valid past on_close, for another
+ * thread that will send on it (evr_send_mt) or look at it: the memory stays
+ * until evr_conn_unref() drops the last reference.  Call it on the ctx's
+ * thread (e.g. in on_recv, before handing the conn to a worker) or while
+ * holding a reference already.  Only evr_send_mt() and evr_conn_unref()
+ * may be called on a conn that has ended, and only evr_conn_unref() once
+ * its ctx is destroyed.  Returns conn.
+ */
+EVR_EXPORT evr_conn *evr_conn_ref(evr_conn *conn);
+/** Thread-safe.  Drop a reference taken with evr_conn_ref(). */
+EVR_EXPORT void evr_conn_unref(evr_conn *conn);
 
 /**
  * Keep the message being delivered past its on_recv callback (call only

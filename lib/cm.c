@@ -130,6 +130,7 @@ static unsigned reply_tmo_ms(const evr_conn *c)
 int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 		const struct evr_conn_opts *opts, evr_conn **out)
 {
+	EVR_OWNER(ctx);
 	struct sockaddr_storage dst;
 	struct evr_conn_opts o;
 	unsigned tmo;
@@ -392,6 +393,7 @@ static int max_backlog(void)
 int evr_listen(evr_ctx *ctx, const char *host, uint16_t port, int backlog,
 	       evr_accept_cb cb, void *arg, evr_listener **out)
 {
+	EVR_OWNER(ctx);
 	struct sockaddr_storage ss;
 	evr_listener *l;
 	int err, cap;
@@ -449,11 +451,13 @@ err_free:
 
 uint16_t evr_listener_port(const evr_listener *l)
 {
+	EVR_OWNER(l ? l->ctx : NULL);
 	return l->port;
 }
 
 void evr_listener_close(evr_listener *l)
 {
+	EVR_OWNER(l ? l->ctx : NULL);
 	if (!l)
 		return;
 	evr__list_del(&l->link);
@@ -518,6 +522,7 @@ static void on_connect_request(evr_ctx *ctx, const struct cm_ev *e)
 int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 	       evr_conn **out)
 {
+	EVR_OWNER(req ? req->ctx : NULL);
 	struct evr_conn_opts o;
 	struct rdma_conn_param p;
 	uint8_t buf[EVR_HS_MAX];
@@ -581,6 +586,7 @@ err_release:
 int evr_conn_req_peer_addr(const evr_conn_req *req, struct sockaddr *addr,
 			   socklen_t *len)
 {
+	EVR_OWNER(req ? req->ctx : NULL);
 	if (!req)
 		return -EINVAL;
 	return evr__addr_copy(rdma_get_peer_addr(req->id), addr, len);
@@ -588,6 +594,7 @@ int evr_conn_req_peer_addr(const evr_conn_req *req, struct sockaddr *addr,
 
 int evr_reject(evr_conn_req *req, const void *reason, size_t len)
 {
+	EVR_OWNER(req ? req->ctx : NULL);
 	uint8_t buf[EVR_HS_MAX];
 	struct evr__hs hs;
 	size_t n;

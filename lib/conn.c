@@ -110,6 +110,7 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 	}
 	c->cm_kind = EVR_CM_CONN;
 	c->ctx = ctx;
+	c->refs = 1; /* the ctx's */
 	c->id = id;
 	c->active = active;
 	c->o = *opts;
@@ -547,6 +548,7 @@ void evr__conn_fail(evr_conn *c, int err)
 
 int evr_conn_close(evr_conn *c, unsigned flags)
 {
+	EVR_OWNER(c ? c->ctx : NULL);
 	if (!c || (flags & ~EVR_CLOSE_ABORT))
 		return -EINVAL;
 	if (!evr__conn_open(c))
@@ -684,7 +686,7 @@ static void conn_free(evr_conn *c)
 		evr__bank_detach(&ctx->bank, &c->bank);
 	evr__runq_forget(c);
 	evr__timers_unreserve(&ctx->timers, EVR__CONN_TIMERS);
-	free(c);
+	evr__conn_unref(c); /* the ctx's; evr_conn_ref()'s may outlive it */
 }
 
 /*
@@ -1313,16 +1315,19 @@ void evr__conn_free_all(evr_ctx *ctx)
 
 void *evr_conn_arg(const evr_conn *c)
 {
+	EVR_OWNER(c ? c->ctx : NULL);
 	return c->o.arg;
 }
 
 void evr_conn_set_arg(evr_conn *c, void *arg)
 {
+	EVR_OWNER(c ? c->ctx : NULL);
 	c->o.arg = arg;
 }
 
 const void *evr_conn_reject_reason(const evr_conn *c, size_t *len)
 {
+	EVR_OWNER(c ? c->ctx : NULL);
 	if (len)
 		*len = c->rej_len;
 	return c->rej_len ? c->rej : NULL;
@@ -1331,6 +1336,7 @@ const void *evr_conn_reject_reason(const evr_conn *c, size_t *len)
 int evr_conn_peer_addr(const evr_conn *c, struct sockaddr *addr,
 		       socklen_t *len)
 {
+	EVR_OWNER(c ? c->ctx : NULL);
 	if (!c)
 		return -EINVAL;
 	return evr__addr_copy(c->id ? rdma_get_peer_addr(c->id) : NULL, addr,
@@ -1340,6 +1346,7 @@ int evr_conn_peer_addr(const evr_conn *c, struct sockaddr *addr,
 int evr_conn_local_addr(const evr_conn *c, struct sockaddr *addr,
 			socklen_t *len)
 {
+	EVR_OWNER(c ? c->ctx : NULL);
 	if (!c)
 		return -EINVAL;
 	return evr__addr_copy(c->id ? rdma_get_local_addr(c->id) : NULL, addr,
@@ -1348,6 +1355,7 @@ int evr_conn_local_addr(const evr_conn *c, struct sockaddr *addr,
 
 int evr_conn_info(const evr_conn *c, struct evr_conn_info *out)
 {
+	EVR_OWNER(c ? c->ctx : NULL);
 	if (!c || !out)
 		return -EINVAL;
 	out->peer_max_msg = c->peer_max_msg;

@@ -33,6 +33,7 @@ static void ctx_free(evr_ctx *ctx)
 		evr__loop_stop(ctx);
 	if (ctx->efd >= 0)
 		close(ctx->efd);
+	evr__calls_fini(&ctx->calls);
 	evr__reg_cache_fini(ctx);
 	evr__srq_close(ctx); /* before the pool: buffers are posted to it */
 	evr__qpmap_fini(&ctx->qpmap);
@@ -86,6 +87,8 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 		return -ENOMEM;
 	ctx->o = *opts;
 	ctx->efd = -1;
+	ctx->calls.fd = -1;
+	ctx->owner = pthread_self();
 	ctx->reg.ctx = ctx;
 	if (!ctx->o.signal_interval)
 		ctx->o.signal_interval = 1;
@@ -129,6 +132,9 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 		goto err_free;
 	}
 	ctx->chain.cap = ctx->o.sq_depth;
+	err = evr__calls_init(&ctx->calls);
+	if (err)
+		goto err_free;
 
 	if (loop) {
 		ctx->loop = loop;
@@ -185,6 +191,9 @@ void evr_ctx_destroy(evr_ctx *ctx)
 
 	if (!ctx)
 		return;
+	EVR_OWNER(ctx);
+	/* calls queued by other threads run first, on a whole ctx */
+	evr__calls_run(ctx);
 	ctx->destroying = true;
 	evr__list_for_each_safe(pos, tmp, &ctx->listeners)
 		evr_listener_close(evr__container_of(pos, evr_listener, link));
@@ -205,21 +214,26 @@ void evr_ctx_destroy(evr_ctx *ctx)
 		m->busy = 0;
 		evr_mr_dereg(m);
 	}
+	/* and those queued meanwhile: their conns are closed (-EPIPE) */
+	evr__calls_run(ctx);
 	ctx_free(ctx);
 }
 
 struct ev_loop *evr_ctx_loop(evr_ctx *ctx)
 {
+	EVR_OWNER(ctx);
 	return ctx->loop;
 }
 
 const char *evr_ctx_device(const evr_ctx *ctx)
 {
+	EVR_OWNER(ctx);
 	return ctx->devname;
 }
 
 int evr_ctx_set_mode(evr_ctx *ctx, enum evr_mode mode)
 {
+	EVR_OWNER(ctx);
 	bool poll;
 
 	if (!ctx || mode > EVR_MODE_ADAPTIVE)
@@ -236,11 +250,13 @@ int evr_ctx_set_mode(evr_ctx *ctx, enum evr_mode mode)
 
 enum evr_mode evr_ctx_mode(const evr_ctx *ctx)
 {
+	EVR_OWNER(ctx);
 	return ctx->polling ? EVR_MODE_POLL : EVR_MODE_EVENT;
 }
 
 void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out)
 {
+	EVR_OWNER(ctx);
 	*out = ctx->st;
 	out->mode = evr_ctx_mode(ctx);
 	out->reg_bytes = ctx->reg.bytes;
@@ -262,6 +278,7 @@ void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out)
 
 void evr_ctx_on_mode_switch(evr_ctx *ctx, evr_mode_cb cb, void *arg)
 {
+	EVR_OWNER(ctx);
 	ctx->mode_cb = cb;
 	ctx->mode_arg = arg;
 }
@@ -270,6 +287,7 @@ void evr_ctx_on_mode_switch(evr_ctx *ctx, evr_mode_cb cb, void *arg)
  * until ev_break() / evr_ctx_stop(), like a server's loop. */
 int evr_ctx_run(evr_ctx *ctx)
 {
+	EVR_OWNER(ctx);
 	if (!ctx->own_loop)
 		return -EINVAL;
 	ev_run(ctx->loop, 0);
@@ -278,5 +296,6 @@ int evr_ctx_run(evr_ctx *ctx)
 
 void evr_ctx_stop(evr_ctx *ctx)
 {
+	EVR_OWNER(ctx);
 	ev_break(ctx->loop, EVBREAK_ALL);
 }

@@ -2,8 +2,9 @@
  * Embedding a ctx in a foreign event loop through one fd.
  *
  * The ctx runs on its private libev loop; evr_ctx_fd() is an epoll fd of
- * our own that watches the same three fds as that loop's watchers (the
- * completion channel, the rdma_cm channel and the device's async fd), so
+ * our own that watches the same four fds as that loop's watchers (the
+ * completion channel, the rdma_cm channel, the device's async fd and the
+ * eventfd of calls from other threads, thread.c), so
  * it is readable exactly when one of them is.  evr_ctx_process() runs one
  * non-blocking iteration of the private loop (prepare: deferred work and
  * flushes; poll with timeout 0; check: POLL-mode polling; then the ready
@@ -51,6 +52,7 @@ int evr__embed_add_device(evr_ctx *ctx)
 
 int evr_ctx_fd(evr_ctx *ctx)
 {
+	EVR_OWNER(ctx);
 	int err;
 
 	if (!ctx || !ctx->own_loop)
@@ -61,6 +63,8 @@ int evr_ctx_fd(evr_ctx *ctx)
 	if (ctx->efd < 0)
 		return -errno;
 	err = add_fd(ctx->efd, ctx->cm_ch->fd);
+	if (!err)
+		err = add_fd(ctx->efd, ctx->calls.fd);
 	if (!err && ctx->pd)
 		err = evr__embed_add_device(ctx);
 	if (err) {
@@ -73,6 +77,7 @@ int evr_ctx_fd(evr_ctx *ctx)
 
 int evr_ctx_process(evr_ctx *ctx)
 {
+	EVR_OWNER(ctx);
 	if (!ctx || !ctx->own_loop)
 		return -EINVAL;
 	ctx->cm_more = false; /* set again if a full batch leaves some */
@@ -90,6 +95,7 @@ int evr_ctx_process(evr_ctx *ctx)
  */
 int evr_ctx_timeout_ms(evr_ctx *ctx)
 {
+	EVR_OWNER(ctx);
 	struct evr__timer *t;
 	double next;
 

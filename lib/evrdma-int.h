@@ -14,6 +14,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <pthread.h>
 
 #include "evrdma.h"
 #include "adapt.h"
@@ -507,6 +509,10 @@ unsigned evr__timers_run(struct evr__timers *ts, double now);
 struct evr_conn {
 	uint8_t cm_kind; /* EVR_CM_CONN: first, see cm.c */
 	evr_ctx *ctx;
+	/* References to the handle: the ctx's own (dropped when it frees the
+	 * conn) and evr_conn_ref()'s; the memory goes with the last
+	 * (evr__conn_unref).  Atomic: other threads hold and drop them. */
+	unsigned refs;
 	struct evr__list link; /* ctx->conns */
 	struct rdma_cm_id *id;
 	struct ibv_qp *qp;
@@ -635,6 +641,62 @@ struct evr__tune {
 	enum evr_rndv_access mw;
 };
 
+/* ---- the doors between threads (thread.c) ---- */
+
+/* A call queued for a ctx's thread: run(ctx, call) there, which frees it. */
+struct evr__call;
+typedef void (*evr__call_fn)(evr_ctx *ctx, struct evr__call *call);
+struct evr__call {
+	struct evr__call *next;
+	evr__call_fn run;
+};
+
+/* Multi-producer queue of calls, and the eventfd that is readable while
+ * it may hold some.  The only state of a ctx other threads touch. */
+struct evr__calls {
+	pthread_mutex_t mu;
+	struct evr__call *head, **tail;
+	bool signaled; /* fd written since the owner last took the queue */
+	int fd;	       /* eventfd, or -1 */
+};
+
+int evr__calls_init(struct evr__calls *q);
+void evr__calls_fini(struct evr__calls *q);
+/* Append; false if the eventfd could not be written (the call is queued
+ * all the same: the next wakeup takes it). */
+bool evr__calls_push(struct evr__calls *q, struct evr__call *call);
+/* Take everything queued, oldest first, and reset the eventfd. */
+struct evr__call *evr__calls_take(struct evr__calls *q);
+/* Run what is queued for ctx (on its thread); the number run. */
+unsigned evr__calls_run(evr_ctx *ctx);
+_Noreturn void evr__wrong_thread(const char *fn);
+
+/* Entry points other than the documented thread-safe ones call this on
+ * the ctx they act on: with assertions on (the default build), a call from
+ * a thread other than the ctx's owner aborts, naming the function. */
+#ifndef NDEBUG
+#define EVR_OWNER(ctx)                                                        \
+	do {                                                                  \
+		if ((ctx) && !pthread_equal((ctx)->owner, pthread_self()))     \
+			evr__wrong_thread(__func__);                          \
+	} while (0)
+#else
+#define EVR_OWNER(ctx) ((void)0)
+#endif
+
+static inline void evr__conn_ref(evr_conn *c)
+{
+	__atomic_add_fetch(&c->refs, 1, __ATOMIC_RELAXED);
+}
+
+/* Drop a reference; the last frees the handle (whatever the ctx had of it
+ * is gone by then: conn.c conn_free). */
+static inline void evr__conn_unref(evr_conn *c)
+{
+	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0)
+		free(c);
+}
+
 /* ---- the context (ctx.c) ---- */
 struct evr_ctx {
 	struct ev_loop *loop;
@@ -697,6 +759,9 @@ struct evr_ctx {
 	struct evr__qpmap qpmap;  /* qp_num -> conn, for its completions */
 	struct evr__list limbo;	  /* conns whose QP is gone, whose CQ is
 				     not yet polled empty since (conn.c) */
+	pthread_t owner;	  /* the thread that may use it (thread.c) */
+	struct evr__calls calls;  /* from other threads (thread.c) */
+	ev_io calls_w;		  /* calls.fd readable */
 };
 
 /* util.c */

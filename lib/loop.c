@@ -339,11 +339,22 @@ void evr__loop_on_cq_channel(struct ev_loop *loop, ev_io *w, int revents)
 	evr__ctx_progress(ctx);
 }
 
-/* The watchers that do not need a device: rdma_cm, prepare, check, and
- * idle in POLL mode. */
+/* Calls from other threads (thread.c); what they submit is posted by the
+ * prepare watcher or, embedded, at the end of evr_ctx_process(). */
+static void on_calls(struct ev_loop *loop, ev_io *w, int revents)
+{
+	(void)loop;
+	(void)revents;
+	evr__calls_run(evr__container_of(w, evr_ctx, calls_w));
+}
+
+/* The watchers that do not need a device: rdma_cm, calls from other
+ * threads, prepare, check, and idle in POLL mode. */
 void evr__loop_start(evr_ctx *ctx)
 {
 	ev_io_init(&ctx->cm_w, evr__cm_on_channel, ctx->cm_ch->fd, EV_READ);
+	ev_io_init(&ctx->calls_w, on_calls, ctx->calls.fd, EV_READ);
+	ev_io_start(ctx->loop, &ctx->calls_w);
 	ev_prepare_init(&ctx->prep_w, on_prepare);
 	ev_check_init(&ctx->check_w, on_check);
 	ev_idle_init(&ctx->idle_w, on_idle);
@@ -371,6 +382,7 @@ void evr__loop_stop(evr_ctx *ctx)
 	ev_io_stop(ctx->loop, &ctx->cq_w);
 	ev_io_stop(ctx->loop, &ctx->cm_w);
 	ev_io_stop(ctx->loop, &ctx->async_w);
+	ev_io_stop(ctx->loop, &ctx->calls_w);
 	ev_prepare_stop(ctx->loop, &ctx->prep_w);
 	ev_check_stop(ctx->loop, &ctx->check_w);
 	ev_idle_stop(ctx->loop, &ctx->idle_w);

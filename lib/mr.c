@@ -53,6 +53,7 @@ static int to_ibv_access(const evr_ctx *ctx, unsigned a)
 int evr_mr_reg(evr_ctx *ctx, void *addr, size_t len, unsigned access,
 	       evr_mr **out)
 {
+	EVR_OWNER(ctx);
 	evr_mr *m;
 
 	if (!ctx || !addr || !len || !out ||
@@ -87,6 +88,7 @@ int evr_mr_reg(evr_ctx *ctx, void *addr, size_t len, unsigned access,
 
 int evr_mr_dereg(evr_mr *m)
 {
+	EVR_OWNER(m ? m->ctx : NULL);
 	if (!m)
 		return -EINVAL;
 	if (m->busy)

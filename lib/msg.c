@@ -54,7 +54,8 @@ static const struct evr__op_class send_class = {send_complete, send_prepare,
 /* ---- submission ---- */
 
 static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
-		       int iovcnt, size_t len, evr_op_cb cb, void *arg)
+		       int iovcnt, size_t len, evr_op_cb cb, void *arg,
+		       bool limit)
 {
 	evr_ctx *ctx;
 	struct evr__op *op;
@@ -68,7 +69,8 @@ static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
 	max = c->peer_depth ? c->peer_max_msg : ctx->o.max_msg_size;
 	if (len > max)
 		return -EMSGSIZE;
-	if (c->queued_bytes && c->queued_bytes + len > ctx->o.send_queue_limit) {
+	if (limit && c->queued_bytes &&
+	    c->queued_bytes + len > ctx->o.send_queue_limit) {
 		c->over_limit = true;
 		return -ENOBUFS;
 	}
@@ -104,7 +106,68 @@ int evr_send(evr_conn *c, const void *buf, size_t len, evr_op_cb cb,
 {
 	if (!buf && len)
 		return -EINVAL;
-	return send_common(c, buf, NULL, 0, len, cb, arg);
+	EVR_OWNER(c ? c->ctx : NULL);
+	return send_common(c, buf, NULL, 0, len, cb, arg, true);
+}
+
+/* evr_send_mt(): the message, copied, on its way to the conn's thread. */
+struct mt_send {
+	struct evr__call call; /* first */
+	evr_conn *c;	       /* a reference */
+	evr_op_cb cb;
+	void *arg;
+	size_t len;
+	unsigned char data[];
+};
+
+static void mt_send_done(evr_conn *c, int status, void *arg)
+{
+	struct mt_send *m = arg;
+
+	if (m->cb)
+		m->cb(c, status, m->arg);
+	free(m);
+	evr__conn_unref(c);
+}
+
+/* On the conn's thread, in the order the sends were queued.  The message
+ * is past its sender's control already: the send queue limit does not
+ * apply (the bytes are in memory either way). */
+static void mt_send_run(evr_ctx *ctx, struct evr__call *call)
+{
+	struct mt_send *m = (struct mt_send *)call;
+	int rc = send_common(m->c, m->data, NULL, 0, m->len, mt_send_done, m,
+			     false);
+
+	(void)ctx;
+	if (rc)
+		mt_send_done(m->c, rc, m);
+}
+
+int evr_send_mt(evr_conn *c, const void *buf, size_t len, evr_op_cb cb,
+		void *arg)
+{
+	struct mt_send *m;
+
+	if (!c || (!buf && len))
+		return -EINVAL;
+	/* the ctx's option, not the peer's limit, which its thread owns: a
+	 * message between the two fails in cb with -EMSGSIZE */
+	if (len > c->ctx->o.max_msg_size)
+		return -EMSGSIZE;
+	m = malloc(sizeof(*m) + len);
+	if (!m)
+		return -ENOMEM;
+	m->call.run = mt_send_run;
+	evr__conn_ref(c);
+	m->c = c;
+	m->cb = cb;
+	m->arg = arg;
+	m->len = len;
+	if (len)
+		memcpy(m->data, buf, len);
+	evr__calls_push(&c->ctx->calls, &m->call);
+	return 0;
 }
 
 int evr_sendv(evr_conn *c, const struct iovec *iov, int iovcnt, evr_op_cb cb,
@@ -122,9 +185,12 @@ int evr_sendv(evr_conn *c, const struct iovec *iov, int iovcnt, evr_op_cb cb,
 			return -EMSGSIZE;
 		len += iov[i].iov_len;
 	}
+	EVR_OWNER(c ? c->ctx : NULL);
 	if (iovcnt == 1)
-		return send_common(c, iov[0].iov_base, NULL, 0, len, cb, arg);
-	return send_common(c, NULL, iovcnt ? iov : NULL, iovcnt, len, cb, arg);
+		return send_common(c, iov[0].iov_base, NULL, 0, len, cb, arg,
+				   true);
+	return send_common(c, NULL, iovcnt ? iov : NULL, iovcnt, len, cb, arg,
+			   true);
 }
 
 static void gather(uint8_t *dst, const struct evr__op *op)
@@ -835,6 +901,7 @@ void evr__msg_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
 
 evr_msg *evr_conn_hold(evr_conn *c)
 {
+	EVR_OWNER(c ? c->ctx : NULL);
 	evr_msg *m;
 
 	if (!c || !c->in_recv || !c->cur_msg)
@@ -862,6 +929,7 @@ size_t evr_msg_len(const evr_msg *m)
 
 void evr_msg_release(evr_msg *m)
 {
+	EVR_OWNER(m ? m->ctx : NULL);
 	if (!m)
 		return;
 	evr__list_del(&m->link);
