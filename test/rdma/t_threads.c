@@ -1,0 +1,418 @@
+/*
+ * Threads: sends and calls into a ctx from other threads (evr_send_mt,
+ * evr_ctx_call, evr_conn_ref), on both driving paths.
+ *
+ * A server ctx on the test's thread; two client ctxs, each on a thread of
+ * its own (created there: that thread owns it), each with two conns to the
+ * server; eight producer threads, two per conn, send through
+ * evr_send_mt() -- small messages, and every 97th above the eager size, so
+ * the copy goes by rendezvous -- and queue evr_ctx_call()s to the conn's
+ * ctx.  The server checks every message: bytes, size, and each producer's
+ * sequence (one conn per producer: its messages arrive in its order, once).
+ * Every send callback and every call must run exactly once, on the thread
+ * of its ctx.  Then a conn closed by a call gets an evr_send_mt() queued
+ * behind the close: its callback says -EPIPE.  The client threads drive
+ * their ctxs on a libev loop, or embedded in an epoll loop (rt_drive.h's
+ * two paths); a wakeup of either that the eventfd failed to give leaves
+ * messages queued and the test past its bound.
+ *
+ * EVR_THREADS_MSGS sets the total number of messages (default 16000;
+ * make check-long sends 1,000,000).
+ */
+#include "rt_drive.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#define PRODUCERS 8
+#define CLIENTS 2
+#define CONNS_PER_CLIENT 2
+#define BIG 12000 /* above the default eager size: rendezvous */
+#define HDR 8	  /* producer, seq */
+
+struct cli;
+
+struct prod {
+	int id;
+	struct cli *cli;
+	evr_conn *conn;
+	uint32_t msgs;
+	pthread_t tid;
+	uint8_t buf[BIG];
+	/* written by the conn's thread, read by the test's: atomics */
+	uint32_t acked, bad_cb, calls;
+};
+
+struct cli {
+	int idx;
+	enum rt_path path;
+	uint16_t port;
+	pthread_t tid;
+	evr_ctx *ctx;	     /* published once connected */
+	struct ev_loop *loop; /* RT_LIBEV */
+	evr_conn *conns[CONNS_PER_CLIENT];
+	int up, stop, fail, epipe; /* atomics */
+};
+
+struct srv {
+	evr_listener *l;
+	int accepted;
+	uint32_t next[PRODUCERS];
+	uint32_t got, bad;
+};
+
+static uint32_t ld(const uint32_t *p)
+{
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+static int ldi(const int *p)
+{
+	return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+
+static void inc(uint32_t *p)
+{
+	__atomic_add_fetch(p, 1, __ATOMIC_ACQ_REL);
+}
+
+static size_t msg_size(uint32_t seq)
+{
+	return seq % 97 == 50 ? BIG : HDR + (seq * 7u) % 200u;
+}
+
+static uint32_t msgs_total(void)
+{
+	const char *s = getenv("EVR_THREADS_MSGS");
+	unsigned long v = s ? strtoul(s, NULL, 10) : 0;
+
+	return v >= PRODUCERS ? (uint32_t)v : 16000;
+}
+
+/* ---- server (the test's thread) ---- */
+
+static void srv_recv(evr_conn *c, const void *data, size_t len, void *arg)
+{
+	struct srv *s = arg;
+	uint32_t id, seq;
+
+	(void)c;
+	if (len < HDR) {
+		s->bad++;
+		return;
+	}
+	memcpy(&id, data, 4);
+	memcpy(&seq, (const uint8_t *)data + 4, 4);
+	if (id >= PRODUCERS || seq != s->next[id] || len != msg_size(seq) ||
+	    rt_verify((const uint8_t *)data + HDR, len - HDR, seq ^ id) >= 0)
+		s->bad++;
+	else
+		s->next[id]++;
+	s->got++;
+}
+
+static void on_accept(evr_listener *l, evr_conn_req *req, const void *ud,
+		      size_t ulen, void *arg)
+{
+	struct srv *s = arg;
+	struct evr_conn_opts o;
+
+	(void)l;
+	(void)ud;
+	(void)ulen;
+	evr_conn_opts_init(&o);
+	o.on_recv = srv_recv;
+	o.arg = s;
+	assert_int_equal(evr_accept(req, &o, NULL), 0);
+	s->accepted++;
+}
+
+/* ---- client threads ---- */
+
+static void cli_up(evr_conn *c, int status, void *arg)
+{
+	struct cli *k = arg;
+	int i;
+
+	if (status) {
+		__atomic_store_n(&k->fail, 1, __ATOMIC_RELEASE);
+		return;
+	}
+	for (i = 0; i < CONNS_PER_CLIENT && k->conns[i]; i++)
+		;
+	/* for the producers, who send on it from their threads */
+	k->conns[i] = evr_conn_ref(c);
+	__atomic_add_fetch(&k->up, 1, __ATOMIC_ACQ_REL);
+}
+
+static void cli_stop(evr_ctx *ctx, void *arg)
+{
+	struct cli *k = arg;
+
+	if (ctx != k->ctx || !pthread_equal(pthread_self(), k->tid))
+		__atomic_store_n(&k->fail, 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&k->stop, 1, __ATOMIC_RELEASE);
+	if (k->loop)
+		ev_break(k->loop, EVBREAK_ALL);
+}
+
+static void *cli_main(void *arg)
+{
+	struct cli *k = arg;
+	struct evr_ctx_opts o;
+	struct evr_conn_opts co;
+	evr_ctx *ctx;
+	int i, ep = -1;
+
+	k->tid = pthread_self();
+	rt_ctx_opts(&o);
+	if (k->path == RT_LIBEV)
+		k->loop = ev_loop_new(EVFLAG_AUTO);
+	if ((k->path == RT_LIBEV && !k->loop) ||
+	    evr_ctx_create(&ctx, k->loop, &o))
+		abort();
+	evr_conn_opts_init(&co);
+	co.on_connect = cli_up;
+	co.arg = k;
+	for (i = 0; i < CONNS_PER_CLIENT; i++)
+		if (evr_connect(ctx, rt_addr(), k->port, &co, NULL))
+			abort();
+	k->ctx = ctx;
+	if (k->path == RT_LIBEV) {
+		ev_run(k->loop, 0); /* until cli_stop */
+	} else {
+		struct epoll_event ev = {.events = EPOLLIN};
+
+		ep = epoll_create1(EPOLL_CLOEXEC);
+		ev.data.fd = evr_ctx_fd(ctx);
+		if (ep < 0 || ev.data.fd < 0 ||
+		    epoll_ctl(ep, EPOLL_CTL_ADD, ev.data.fd, &ev))
+			abort();
+		while (!ldi(&k->stop)) {
+			int t = evr_ctx_timeout_ms(ctx);
+
+			/* no cap: a wakeup the calls' eventfd does not give
+			 * stalls the test, which is what it looks for */
+			epoll_wait(ep, &ev, 1, t);
+			evr_ctx_process(ctx);
+		}
+		close(ep);
+	}
+	evr_ctx_destroy(ctx);
+	if (k->loop)
+		ev_loop_destroy(k->loop);
+	return NULL;
+}
+
+/* ---- producers ---- */
+
+static void on_sent(evr_conn *c, int status, void *arg)
+{
+	struct prod *p = arg;
+
+	if (status || c != p->conn || !pthread_equal(pthread_self(), p->cli->tid))
+		inc(&p->bad_cb);
+	inc(&p->acked);
+}
+
+static void on_call(evr_ctx *ctx, void *arg)
+{
+	struct prod *p = arg;
+
+	if (ctx != p->cli->ctx || !pthread_equal(pthread_self(), p->cli->tid))
+		inc(&p->bad_cb);
+	inc(&p->calls);
+}
+
+static void *produce(void *arg)
+{
+	struct prod *p = arg;
+	uint32_t seq, id = (uint32_t)p->id;
+
+	for (seq = 0; seq < p->msgs; seq++) {
+		size_t len = msg_size(seq);
+
+		/* a bound on what is queued: the copies are memory */
+		while (seq - ld(&p->acked) > 512)
+			sched_yield();
+		memcpy(p->buf, &id, 4);
+		memcpy(p->buf + 4, &seq, 4);
+		rt_fill(p->buf + HDR, len - HDR, seq ^ id);
+		if (evr_send_mt(p->conn, p->buf, len, on_sent, p))
+			abort();
+		/* the copy is made: the buffer is ours again at once */
+		memset(p->buf, 0xee, len);
+		if (seq % 50 == 0 && evr_ctx_call(p->cli->ctx, on_call, p))
+			abort();
+	}
+	return NULL;
+}
+
+/* ---- the test ---- */
+
+struct run {
+	struct srv *s;
+	struct cli *k;
+	struct prod *p;
+	uint32_t total;
+};
+
+static int up_pred(void *arg)
+{
+	struct run *r = arg;
+	int i;
+
+	for (i = 0; i < CLIENTS; i++)
+		if (ldi(&r->k[i].up) < CONNS_PER_CLIENT || ldi(&r->k[i].fail))
+			return ldi(&r->k[i].fail);
+	return r->s->accepted == CLIENTS * CONNS_PER_CLIENT;
+}
+
+static int done_pred(void *arg)
+{
+	struct run *r = arg;
+	int i;
+
+	for (i = 0; i < PRODUCERS; i++)
+		if (ld(&r->p[i].acked) < r->p[i].msgs ||
+		    ld(&r->p[i].calls) < (r->p[i].msgs + 49) / 50)
+			return 0;
+	return r->s->got >= r->total;
+}
+
+static int epipe_pred(void *arg)
+{
+	return ldi(&((struct cli *)arg)->epipe);
+}
+
+static void close_first(evr_ctx *ctx, void *arg)
+{
+	struct cli *k = arg;
+
+	(void)ctx;
+	if (evr_conn_close(k->conns[0], 0))
+		__atomic_store_n(&k->fail, 1, __ATOMIC_RELEASE);
+}
+
+static void after_close(evr_conn *c, int status, void *arg)
+{
+	struct cli *k = arg;
+
+	if (c == k->conns[0] && status == -EPIPE &&
+	    pthread_equal(pthread_self(), k->tid))
+		__atomic_store_n(&k->epipe, 1, __ATOMIC_RELEASE);
+	else
+		__atomic_store_n(&k->epipe, -1, __ATOMIC_RELEASE);
+}
+
+static void run_threads(enum rt_path path)
+{
+	static struct prod p[PRODUCERS];
+	struct cli k[CLIENTS];
+	pthread_t kt[CLIENTS];
+	struct srv s;
+	struct run r = {&s, k, p, 0};
+	struct rt_drv d;
+	struct evr_ctx_opts o;
+	evr_ctx *ctx;
+	uint32_t total = msgs_total(), each = total / PRODUCERS, sum = 0;
+	double t0;
+	int i, j;
+
+	printf("# %s: %u messages from %d threads\n", rt_path_name(path),
+	       each * PRODUCERS, PRODUCERS);
+	memset(&s, 0, sizeof(s));
+	memset(k, 0, sizeof(k));
+	memset(p, 0, sizeof(p));
+	rt_drv_init(&d, path);
+	rt_ctx_opts(&o);
+	ctx = rt_drv_ctx(&d, &o);
+	assert_int_equal(evr_listen(ctx, rt_addr(), 0, 0, on_accept, &s, &s.l),
+			 0);
+	for (i = 0; i < CLIENTS; i++) {
+		k[i].idx = i;
+		k[i].path = path;
+		k[i].port = evr_listener_port(s.l);
+		assert_int_equal(pthread_create(&kt[i], NULL, cli_main, &k[i]),
+				 0);
+	}
+	assert_int_equal(rt_drv_run_until(&d, up_pred, &r, 30), 0);
+	for (i = 0; i < CLIENTS; i++)
+		assert_int_equal(ldi(&k[i].fail), 0);
+
+	t0 = rt_now();
+	for (i = 0; i < PRODUCERS; i++) {
+		p[i].id = i;
+		p[i].cli = &k[i % CLIENTS];
+		p[i].conn = p[i].cli->conns[(i / CLIENTS) % CONNS_PER_CLIENT];
+		p[i].msgs = each;
+		r.total += each;
+		assert_int_equal(pthread_create(&p[i].tid, NULL, produce, &p[i]),
+				 0);
+	}
+	assert_int_equal(rt_drv_run_until(&d, done_pred, &r, 60 + r.total / 500),
+			 0);
+	for (i = 0; i < PRODUCERS; i++)
+		pthread_join(p[i].tid, NULL);
+	printf("# %u messages in %.2f s\n", r.total, rt_now() - t0);
+	/* nothing more comes: every callback fired once */
+	rt_drv_run_for(&d, 0.2);
+	assert_int_equal(s.bad, 0);
+	assert_int_equal(s.got, r.total);
+	for (i = 0; i < PRODUCERS; i++) {
+		assert_int_equal(s.next[i], each);
+		assert_int_equal(ld(&p[i].acked), each);
+		assert_int_equal(ld(&p[i].calls), (each + 49) / 50);
+		assert_int_equal(ld(&p[i].bad_cb), 0);
+		sum += ld(&p[i].acked);
+	}
+	assert_int_equal(sum, r.total);
+
+	/* a send queued behind the close of its conn: -EPIPE, on its thread */
+	assert_int_equal(evr_ctx_call(k[0].ctx, close_first, &k[0]), 0);
+	assert_int_equal(evr_send_mt(k[0].conns[0], "x", 1, after_close, &k[0]),
+			 0);
+	assert_int_equal(rt_drv_run_until(&d, epipe_pred, &k[0], 20), 0);
+	assert_int_equal(ldi(&k[0].epipe), 1);
+	assert_int_equal(evr_send_mt(NULL, "x", 1, NULL, NULL), -EINVAL);
+	assert_int_equal(evr_send_mt(k[0].conns[1], NULL, 1, NULL, NULL),
+			 -EINVAL);
+	assert_int_equal(evr_send_mt(k[0].conns[1], "x", o.max_msg_size + 1,
+				     NULL, NULL),
+			 -EMSGSIZE);
+
+	for (i = 0; i < CLIENTS; i++) {
+		assert_int_equal(evr_ctx_call(k[i].ctx, cli_stop, &k[i]), 0);
+		pthread_join(kt[i], NULL);
+		assert_int_equal(ldi(&k[i].fail), 0);
+		/* the handles outlived their ctx: the last references go */
+		for (j = 0; j < CONNS_PER_CLIENT; j++)
+			evr_conn_unref(k[i].conns[j]);
+	}
+	rt_drv_detach(&d);
+	evr_ctx_destroy(ctx);
+	rt_drv_fini(&d);
+}
+
+static void test_threads_libev(void **state)
+{
+	(void)state;
+	run_threads(RT_LIBEV);
+}
+
+static void test_threads_embed(void **state)
+{
+	(void)state;
+	run_threads(RT_EMBED);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_threads_libev),
+		cmocka_unit_test(test_threads_embed),
+	};
+
+	rt_init(1800);
+	return cmocka_run_group_tests_name("rdma_threads", tests, NULL, NULL);
+}
