@@ -233,9 +233,9 @@ const char *evr_ctx_device(const evr_ctx *ctx)
 
 int evr_ctx_set_mode(evr_ctx *ctx, enum evr_mode mode)
 {
-	EVR_OWNER(ctx);
 	bool poll;
 
+	EVR_OWNER(ctx);
 	if (!ctx || mode > EVR_MODE_ADAPTIVE)
 		return -EINVAL;
 	ctx->mode = mode;

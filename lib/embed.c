@@ -52,9 +52,9 @@ int evr__embed_add_device(evr_ctx *ctx)
 
 int evr_ctx_fd(evr_ctx *ctx)
 {
-	EVR_OWNER(ctx);
 	int err;
 
+	EVR_OWNER(ctx);
 	if (!ctx || !ctx->own_loop)
 		return -EINVAL;
 	if (ctx->efd >= 0)
@@ -95,10 +95,10 @@ int evr_ctx_process(evr_ctx *ctx)
  */
 int evr_ctx_timeout_ms(evr_ctx *ctx)
 {
-	EVR_OWNER(ctx);
 	struct evr__timer *t;
 	double next;
 
+	EVR_OWNER(ctx);
 	if (!ctx || !ctx->own_loop)
 		return -1;
 	if (ctx->polling || ctx->need_arm || evr__runq_busy(ctx) ||

@@ -72,11 +72,12 @@ static void rma_queue(struct evr__op *op)
 int evr_write(evr_conn *c, evr_mr *lmr, size_t loff, const struct evr_rkey *rk,
 	      uint64_t roff, size_t len, evr_op_cb cb, void *arg)
 {
-	EVR_OWNER(c ? c->ctx : NULL);
 	struct evr__op *op;
-	int err = rma_submit(c, EVR_OP_WRITE, IBV_WR_RDMA_WRITE, lmr, loff, rk,
-			     roff, len, cb, arg, &op);
+	int err;
 
+	EVR_OWNER(c ? c->ctx : NULL);
+	err = rma_submit(c, EVR_OP_WRITE, IBV_WR_RDMA_WRITE, lmr, loff, rk,
+			 roff, len, cb, arg, &op);
 	if (err)
 		return err;
 	rma_queue(op);
@@ -87,11 +88,12 @@ int evr_write_imm(evr_conn *c, evr_mr *lmr, size_t loff,
 		  const struct evr_rkey *rk, uint64_t roff, size_t len,
 		  uint32_t imm, evr_op_cb cb, void *arg)
 {
-	EVR_OWNER(c ? c->ctx : NULL);
 	struct evr__op *op;
-	int err = rma_submit(c, EVR_OP_WRITE_IMM, IBV_WR_RDMA_WRITE_WITH_IMM,
-			     lmr, loff, rk, roff, len, cb, arg, &op);
+	int err;
 
+	EVR_OWNER(c ? c->ctx : NULL);
+	err = rma_submit(c, EVR_OP_WRITE_IMM, IBV_WR_RDMA_WRITE_WITH_IMM,
+			 lmr, loff, rk, roff, len, cb, arg, &op);
 	if (err)
 		return err;
 	op->wqe.imm = htobe32(imm); /* verbs carries it big endian */
@@ -102,11 +104,12 @@ int evr_write_imm(evr_conn *c, evr_mr *lmr, size_t loff,
 int evr_read(evr_conn *c, evr_mr *lmr, size_t loff, const struct evr_rkey *rk,
 	     uint64_t roff, size_t len, evr_op_cb cb, void *arg)
 {
-	EVR_OWNER(c ? c->ctx : NULL);
 	struct evr__op *op;
-	int err = rma_submit(c, EVR_OP_READ, IBV_WR_RDMA_READ, lmr, loff, rk,
-			     roff, len, cb, arg, &op);
+	int err;
 
+	EVR_OWNER(c ? c->ctx : NULL);
+	err = rma_submit(c, EVR_OP_READ, IBV_WR_RDMA_READ, lmr, loff, rk,
+			 roff, len, cb, arg, &op);
 	if (err)
 		return err;
 	rma_queue(op);
