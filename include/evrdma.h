@@ -279,9 +279,8 @@ EVR_EXPORT void evr_ctx_destroy(evr_ctx *ctx);
  * Other threads reach it through a queue of calls, and an eventfd its loop
  * watches -- also through evr_ctx_fd(), which becomes readable -- so the
  * owner runs them at its next loop iteration, in the order they were
- * queued; a burst of calls costs one wakeup.  Handing an accepted
- * connection to another ctx is not offered yet: a server uses its cores
- * with a ctx per thread, each with its listener.
+ * queued; a burst of calls costs one wakeup.  One listener spreads its
+ * connections over the ctxs of other threads with evr_accept_on().
  */
 
 /** A function to run on a ctx's thread (evr_ctx_call). */
@@ -643,6 +642,21 @@ EVR_EXPORT void evr_listener_close(evr_listener *l);
  */
 EVR_EXPORT int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
 			  evr_conn **out);
+
+/**
+ * Accept a request on another ctx, target, owned by another thread: one
+ * listener, connections spread over worker ctxs.  Call it in the accept
+ * callback, as evr_accept().  The connection is made on target's thread,
+ * on its device binding, PD, CQs and receive pool, and every callback of
+ * it (opts->on_connect first) fires there.  If making it fails there, the
+ * request is refused and on_connect fires there with a NULL conn and the
+ * error.  target == the listener's ctx is evr_accept().  0, or -EINVAL,
+ * -ENOMEM, or the error of moving the request to target's event channel
+ * (rdma_migrate_id); then the request is still the callback's to answer.
+ * The target must outlive the call (it is queued as by evr_ctx_call).
+ */
+EVR_EXPORT int evr_accept_on(evr_conn_req *req, evr_ctx *target,
+			     const struct evr_conn_opts *opts);
 /** Where a request comes from, during the accept callback: as
  *  evr_conn_peer_addr().  The handshake authenticates nothing: use the
  *  address (and the user bytes) for policy, the network for isolation. */

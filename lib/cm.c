@@ -130,13 +130,13 @@ static unsigned reply_tmo_ms(const evr_conn *c)
 int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 		const struct evr_conn_opts *opts, evr_conn **out)
 {
-	EVR_OWNER(ctx);
 	struct sockaddr_storage dst;
 	struct evr_conn_opts o;
 	unsigned tmo;
 	evr_conn *c;
 	int err;
 
+	EVR_OWNER(ctx);
 	if (!ctx || !host || !port)
 		return -EINVAL;
 	err = take_conn_opts(ctx, opts, &o);
@@ -393,11 +393,11 @@ static int max_backlog(void)
 int evr_listen(evr_ctx *ctx, const char *host, uint16_t port, int backlog,
 	       evr_accept_cb cb, void *arg, evr_listener **out)
 {
-	EVR_OWNER(ctx);
 	struct sockaddr_storage ss;
 	evr_listener *l;
 	int err, cap;
 
+	EVR_OWNER(ctx);
 	if (!ctx || !cb || !out)
 		return -EINVAL;
 	err = parse_addr(host ? host : "0.0.0.0", port, true, &ss);
@@ -519,26 +519,18 @@ static void on_connect_request(evr_ctx *ctx, const struct cm_ev *e)
 	}
 }
 
-int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
-	       evr_conn **out)
+/* Accept req on its ctx, with opts taken already (take_conn_opts). */
+static int accept_req(evr_conn_req *req, const struct evr_conn_opts *opts,
+		      evr_conn **out)
 {
-	EVR_OWNER(req ? req->ctx : NULL);
-	struct evr_conn_opts o;
 	struct rdma_conn_param p;
 	uint8_t buf[EVR_HS_MAX];
 	struct evr__hs hs;
-	evr_ctx *ctx;
+	evr_ctx *ctx = req->ctx;
 	evr_conn *c;
 	size_t n;
 	int err;
 
-	if (!req || req->answered)
-		return -EINVAL;
-	ctx = req->ctx;
-	err = take_conn_opts(ctx, opts, &o);
-	if (err)
-		return err;
-	opts = &o;
 	c = evr__conn_new(ctx, req->id, false, opts);
 	if (!c)
 		return -ENOMEM;
@@ -580,6 +572,93 @@ err_release:
 	req->answered = true;
 	req->id->context = c;
 	evr__conn_fail(c, err); /* still NEW: no callbacks */
+	return err;
+}
+
+int evr_accept(evr_conn_req *req, const struct evr_conn_opts *opts,
+	       evr_conn **out)
+{
+	struct evr_conn_opts o;
+	int err;
+
+	EVR_OWNER(req ? req->ctx : NULL);
+	if (!req || req->answered)
+		return -EINVAL;
+	err = take_conn_opts(req->ctx, opts, &o);
+	if (err)
+		return err;
+	return accept_req(req, &o, out);
+}
+
+/*
+ * Accepting on another ctx.  The request's id moves to the target's event
+ * channel here, on the listener's thread, before anything is made for it
+ * (rdma_migrate_id: the request event is acknowledged already, so it does
+ * not wait); the rest -- binding the target to the device, the QP on its
+ * PD and CQ, rdma_accept -- runs on the target's thread as a call, and
+ * from then on the id's events arrive there.
+ */
+struct placed {
+	struct evr__call call; /* first */
+	struct rdma_cm_id *id;
+	struct evr__hs hs;
+	struct evr_conn_opts o;
+};
+
+static void placed_run(evr_ctx *ctx, struct evr__call *call)
+{
+	struct placed *pl = (struct placed *)call;
+	evr_conn_req req;
+	int err;
+
+	memset(&req, 0, sizeof(req));
+	req.ctx = ctx;
+	req.id = pl->id;
+	req.hs = pl->hs;
+	err = ctx->destroying ? -ECANCELED : evr__dev_bind(ctx, pl->id->verbs);
+	if (err) {
+		EVR_WARN(ctx, "placed connect request: %s", evr_strerror(err));
+		reject_id(pl->id, "accept failed");
+		rdma_destroy_id(pl->id);
+	} else {
+		err = accept_req(&req, &pl->o, NULL);
+	}
+	if (err && pl->o.on_connect)
+		pl->o.on_connect(NULL, err, pl->o.arg);
+	free(pl);
+}
+
+int evr_accept_on(evr_conn_req *req, evr_ctx *target,
+		  const struct evr_conn_opts *opts)
+{
+	struct placed *pl;
+	int err;
+
+	EVR_OWNER(req ? req->ctx : NULL);
+	if (!req || req->answered || !target)
+		return -EINVAL;
+	if (target == req->ctx)
+		return evr_accept(req, opts, NULL);
+	pl = calloc(1, sizeof(*pl));
+	if (!pl)
+		return -ENOMEM;
+	err = take_conn_opts(req->ctx, opts, &pl->o);
+	if (err)
+		goto fail;
+	if (rdma_migrate_id(req->id, target->cm_ch)) {
+		err = errno ? -errno : -EIO;
+		EVR_WARN(req->ctx, "rdma_migrate_id: %s", evr_strerror(err));
+		goto fail;
+	}
+	pl->call.run = placed_run;
+	pl->id = req->id;
+	pl->hs = req->hs;
+	req->answered = true; /* the target's now */
+	evr__calls_push(&target->calls, &pl->call);
+	return 0;
+
+fail:
+	free(pl);
 	return err;
 }
 
