@@ -16,6 +16,11 @@
  * two paths); a wakeup of either that the eventfd failed to give leaves
  * messages queued and the test past its bound.
  *
+ * One listener, its connections placed on two worker threads' ctxs
+ * (evr_accept_on, round robin), on both paths: every placed conn's
+ * callbacks run on its worker's thread, each worker serves its share, and
+ * the echoes come back intact; the closes reach the workers.
+ *
  * EVR_THREADS_MSGS sets the total number of messages (default 16000;
  * make check-long sends 1,000,000).
  */
@@ -51,7 +56,11 @@ struct cli {
 	evr_ctx *ctx;	     /* published once connected */
 	struct ev_loop *loop; /* RT_LIBEV */
 	evr_conn *conns[CONNS_PER_CLIENT];
+	int nconnect; /* conns it makes to the server (0: a worker) */
 	int up, stop, fail, epipe; /* atomics */
+	/* placed conns served here (test_placed): atomics */
+	int placed_up, placed_closed, placed_bad;
+	uint32_t placed_echoed;
 };
 
 struct srv {
@@ -174,10 +183,10 @@ static void *cli_main(void *arg)
 	evr_conn_opts_init(&co);
 	co.on_connect = cli_up;
 	co.arg = k;
-	for (i = 0; i < CONNS_PER_CLIENT; i++)
+	for (i = 0; i < k->nconnect; i++)
 		if (evr_connect(ctx, rt_addr(), k->port, &co, NULL))
 			abort();
-	k->ctx = ctx;
+	__atomic_store_n(&k->ctx, ctx, __ATOMIC_RELEASE);
 	if (k->path == RT_LIBEV) {
 		ev_run(k->loop, 0); /* until cli_stop */
 	} else {
@@ -333,6 +342,7 @@ static void run_threads(enum rt_path path)
 		k[i].idx = i;
 		k[i].path = path;
 		k[i].port = evr_listener_port(s.l);
+		k[i].nconnect = CONNS_PER_CLIENT;
 		assert_int_equal(pthread_create(&kt[i], NULL, cli_main, &k[i]),
 				 0);
 	}
@@ -394,6 +404,234 @@ static void run_threads(enum rt_path path)
 	rt_drv_fini(&d);
 }
 
+/* ---- one listener, its conns placed on worker threads (evr_accept_on) --- */
+
+#define PLACED 4	 /* connections */
+#define PLACED_MSGS 200 /* echoed on each */
+
+struct placed_run {
+	struct cli w[CLIENTS]; /* workers: ctxs on their threads, no connects */
+	int next;	       /* round robin */
+	evr_conn *cli[PLACED];
+	int cli_up, cli_closed;
+	uint32_t got[PLACED], bad;
+	uint8_t msg[PLACED][256];
+};
+
+static void placed_recv(evr_conn *c, const void *data, size_t len, void *arg)
+{
+	struct cli *w = arg;
+
+	if (!pthread_equal(pthread_self(), w->tid) ||
+	    evr_send(c, data, len, NULL, NULL))
+		__atomic_add_fetch(&w->placed_bad, 1, __ATOMIC_ACQ_REL);
+	inc(&w->placed_echoed);
+}
+
+static void placed_up(evr_conn *c, int status, void *arg)
+{
+	struct cli *w = arg;
+
+	if (!pthread_equal(pthread_self(), w->tid) || status || !c)
+		__atomic_add_fetch(&w->placed_bad, 1, __ATOMIC_ACQ_REL);
+	else
+		__atomic_add_fetch(&w->placed_up, 1, __ATOMIC_ACQ_REL);
+}
+
+static void placed_closed(evr_conn *c, int status, void *arg)
+{
+	struct cli *w = arg;
+
+	(void)c;
+	(void)status;
+	if (!pthread_equal(pthread_self(), w->tid))
+		__atomic_add_fetch(&w->placed_bad, 1, __ATOMIC_ACQ_REL);
+	__atomic_add_fetch(&w->placed_closed, 1, __ATOMIC_ACQ_REL);
+}
+
+static void placed_accept(evr_listener *l, evr_conn_req *req, const void *ud,
+			  size_t ulen, void *arg)
+{
+	struct placed_run *r = arg;
+	struct cli *w = &r->w[r->next++ % CLIENTS];
+	struct evr_conn_opts o;
+
+	(void)l;
+	(void)ud;
+	(void)ulen;
+	evr_conn_opts_init(&o);
+	o.on_connect = placed_up;
+	o.on_recv = placed_recv;
+	o.on_close = placed_closed;
+	o.arg = w;
+	assert_int_equal(evr_accept_on(req, w->ctx, &o), 0);
+}
+
+static void pc_up(evr_conn *c, int status, void *arg)
+{
+	struct placed_run *r = arg;
+
+	if (status) {
+		r->bad++;
+		return;
+	}
+	r->cli[r->cli_up++] = c;
+}
+
+static void pc_closed(evr_conn *c, int status, void *arg)
+{
+	struct placed_run *r = arg;
+
+	(void)c;
+	(void)status;
+	r->cli_closed++;
+}
+
+static void pc_recv(evr_conn *c, const void *data, size_t len, void *arg)
+{
+	struct placed_run *r = arg;
+	int i;
+
+	for (i = 0; i < PLACED && r->cli[i] != c; i++)
+		;
+	if (i == PLACED || len != sizeof(r->msg[i]) ||
+	    rt_verify(data, len, r->got[i] + (uint32_t)i * 1000u) >= 0)
+		r->bad++;
+	else
+		r->got[i]++;
+	if (i < PLACED && r->got[i] < PLACED_MSGS) {
+		rt_fill(r->msg[i], sizeof(r->msg[i]),
+			r->got[i] + (uint32_t)i * 1000u);
+		if (evr_send(c, r->msg[i], sizeof(r->msg[i]), NULL, NULL))
+			r->bad++;
+	}
+}
+
+static int placed_up_pred(void *arg)
+{
+	struct placed_run *r = arg;
+
+	return r->cli_up == PLACED;
+}
+
+static int placed_echo_pred(void *arg)
+{
+	struct placed_run *r = arg;
+	int i;
+
+	for (i = 0; i < PLACED; i++)
+		if (r->got[i] < PLACED_MSGS)
+			return 0;
+	return 1;
+}
+
+static int placed_closed_pred(void *arg)
+{
+	return ((struct placed_run *)arg)->cli_closed == PLACED;
+}
+
+static int workers_ready_pred(void *arg)
+{
+	struct placed_run *r = arg;
+	int i;
+
+	for (i = 0; i < CLIENTS; i++)
+		if (!__atomic_load_n(&r->w[i].ctx, __ATOMIC_ACQUIRE))
+			return 0;
+	return 1;
+}
+
+static int workers_closed_pred(void *arg)
+{
+	struct placed_run *r = arg;
+	int i;
+
+	for (i = 0; i < CLIENTS; i++)
+		if (ldi(&r->w[i].placed_closed) < PLACED / CLIENTS)
+			return 0;
+	return 1;
+}
+
+static void run_placed(enum rt_path path)
+{
+	static struct placed_run r;
+	pthread_t wt[CLIENTS];
+	struct rt_drv d;
+	struct evr_ctx_opts o;
+	struct evr_conn_opts co;
+	evr_listener *l;
+	evr_ctx *ctx;
+	int i;
+
+	printf("# %s: %d connections placed on %d worker threads\n",
+	       rt_path_name(path), PLACED, CLIENTS);
+	memset(&r, 0, sizeof(r));
+	rt_drv_init(&d, path);
+	rt_ctx_opts(&o);
+	ctx = rt_drv_ctx(&d, &o);
+	assert_int_equal(evr_listen(ctx, rt_addr(), 0, 0, placed_accept, &r,
+				    &l),
+			 0);
+	for (i = 0; i < CLIENTS; i++) {
+		r.w[i].idx = i;
+		r.w[i].path = path;
+		assert_int_equal(pthread_create(&wt[i], NULL, cli_main,
+						&r.w[i]),
+				 0);
+	}
+	assert_int_equal(rt_drv_run_until(&d, workers_ready_pred, &r, 30), 0);
+	evr_conn_opts_init(&co);
+	co.on_connect = pc_up;
+	co.on_recv = pc_recv;
+	co.on_close = pc_closed;
+	co.arg = &r;
+	for (i = 0; i < PLACED; i++)
+		assert_int_equal(evr_connect(ctx, rt_addr(),
+					     evr_listener_port(l), &co, NULL),
+				 0);
+	assert_int_equal(rt_drv_run_until(&d, placed_up_pred, &r, 30), 0);
+	for (i = 0; i < PLACED; i++) {
+		rt_fill(r.msg[i], sizeof(r.msg[i]), (uint32_t)i * 1000u);
+		assert_int_equal(evr_send(r.cli[i], r.msg[i], sizeof(r.msg[i]),
+					  NULL, NULL),
+				 0);
+	}
+	assert_int_equal(rt_drv_run_until(&d, placed_echo_pred, &r, 60), 0);
+	assert_int_equal(r.bad, 0);
+	for (i = 0; i < PLACED; i++)
+		assert_int_equal(evr_conn_close(r.cli[i], 0), 0);
+	assert_int_equal(rt_drv_run_until(&d, placed_closed_pred, &r, 30), 0);
+
+	/* each worker served its share, every callback on its thread */
+	assert_int_equal(rt_drv_run_until(&d, workers_closed_pred, &r, 30), 0);
+	for (i = 0; i < CLIENTS; i++) {
+		assert_int_equal(ldi(&r.w[i].placed_up), PLACED / CLIENTS);
+		assert_int_equal(ld(&r.w[i].placed_echoed),
+				 PLACED_MSGS * PLACED / CLIENTS);
+		assert_int_equal(ldi(&r.w[i].placed_bad), 0);
+		assert_int_equal(evr_ctx_call(r.w[i].ctx, cli_stop, &r.w[i]),
+				 0);
+		pthread_join(wt[i], NULL);
+		assert_int_equal(ldi(&r.w[i].fail), 0);
+	}
+	evr_listener_close(l);
+	rt_drv_detach(&d);
+	evr_ctx_destroy(ctx);
+	rt_drv_fini(&d);
+}
+
+static void test_placed_libev(void **state)
+{
+	(void)state;
+	run_placed(RT_LIBEV);
+}
+
+static void test_placed_embed(void **state)
+{
+	(void)state;
+	run_placed(RT_EMBED);
+}
+
 static void test_threads_libev(void **state)
 {
 	(void)state;
@@ -411,6 +649,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_threads_libev),
 		cmocka_unit_test(test_threads_embed),
+		cmocka_unit_test(test_placed_libev),
+		cmocka_unit_test(test_placed_embed),
 	};
 
 	rt_init(1800);
