@@ -78,9 +78,32 @@ static void on_close(evr_conn *conn, int status, void *arg)
 		       evr_err_name(status), (unsigned long long)ec->msgs,
 		       (unsigned long long)ec->bytes);
 	free(ec);
+	if (srv->on_closed)
+		srv->on_closed(srv);
 	if (srv->max_conns && srv->conns_closed >= (uint64_t)srv->max_conns &&
 	    srv->on_done)
 		srv->on_done(srv);
+}
+
+int echo_conn_opts(struct echo_server *srv, struct evr_conn_opts *o)
+{
+	struct echo_conn *ec = calloc(1, sizeof(*ec));
+
+	if (!ec)
+		return -ENOMEM;
+	ec->srv = srv;
+	evr_conn_opts_init(o);
+	o->on_connect = on_connect;
+	o->on_recv = on_recv;
+	o->on_close = on_close;
+	o->arg = ec;
+	return 0;
+}
+
+void echo_conn_opts_free(struct evr_conn_opts *o)
+{
+	free(o->arg);
+	o->arg = NULL;
 }
 
 static void on_accept(evr_listener *l, evr_conn_req *req, const void *ud,
@@ -88,23 +111,16 @@ static void on_accept(evr_listener *l, evr_conn_req *req, const void *ud,
 {
 	struct echo_server *srv = arg;
 	struct evr_conn_opts o;
-	struct echo_conn *ec = calloc(1, sizeof(*ec));
 
 	(void)l;
 	(void)ud;
 	(void)ulen;
-	if (!ec) {
+	if (echo_conn_opts(srv, &o) < 0) {
 		evr_reject(req, "out of memory", 13);
 		return;
 	}
-	ec->srv = srv;
-	evr_conn_opts_init(&o);
-	o.on_connect = on_connect;
-	o.on_recv = on_recv;
-	o.on_close = on_close;
-	o.arg = ec;
 	if (evr_accept(req, &o, NULL) < 0)
-		free(ec); /* the request is rejected for us */
+		echo_conn_opts_free(&o); /* the request is rejected for us */
 }
 
 int echo_server_start(struct echo_server *srv, evr_ctx *ctx, const char *addr,

@@ -17,6 +17,7 @@ struct echo_server {
 	int max_conns;	  /* stop after this many conns closed (0: never) */
 	int verbose;
 	void (*on_done)(struct echo_server *srv); /* max_conns reached */
+	void (*on_closed)(struct echo_server *srv); /* each close, if set */
 	uint64_t conns_open, conns_closed, msgs, bytes, errors;
 };
 
@@ -24,6 +25,12 @@ struct echo_server {
 int echo_server_start(struct echo_server *srv, evr_ctx *ctx, const char *addr,
 		      uint16_t port);
 void echo_server_stop(struct echo_server *srv);
+
+/* The echo's callbacks for a connection served by srv, in *o (for
+ * evr_accept or evr_accept_on); -ENOMEM.  After a failed accept call,
+ * echo_conn_opts_free(o). */
+int echo_conn_opts(struct echo_server *srv, struct evr_conn_opts *o);
+void echo_conn_opts_free(struct evr_conn_opts *o);
 
 /* "event" | "poll" | "adaptive" -> mode; -1 if unknown. */
 int echo_parse_mode(const char *s);

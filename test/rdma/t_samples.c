@@ -2,7 +2,8 @@
  * The samples, run as processes the way a user runs them: echo_client
  * against echo_server and against epoll_echo_server, over sizes on both
  * the eager and the rendezvous path and several connections, every echo
- * verified by the client (it exits non-zero on any mismatch).  While an
+ * verified by the client (it exits non-zero on any mismatch); and against
+ * mt_echo_server, whose worker threads must each serve some connections.  While an
  * RDMA client floods epoll_echo_server, a TCP client talks to the same
  * single-threaded server and must keep getting its echoes.
  *
@@ -163,6 +164,33 @@ static void test_echo_server(void **state)
 	assert_int_equal(wait_exit(s, 30), 0);
 }
 
+/* One listener, connections spread over 3 worker threads: echo_client
+ * unchanged; every thread must have served some of the 8 connections. */
+static void test_mt_echo_server(void **state)
+{
+	char *srv[] = {"samples/mt_echo_server", "-a", (char *)rt_addr(),
+		       "-p", port_str, "-T", "3", "-n", "8", NULL};
+	char line[256];
+	int busy = 0, t, n;
+	pid_t s;
+
+	(void)state;
+	pick_ports();
+	s = spawn_server(srv);
+	assert_int_equal(run_client("0,64,8193,1M", "200", "8", "4",
+				    "adaptive"),
+			 0);
+	assert_int_equal(run_client("64", "1000", "16", "4", "poll"), 0);
+	assert_int_equal(wait_exit(s, 30), 0);
+	while (fgets(line, sizeof(line), server_out)) {
+		printf("%s", line);
+		if (sscanf(line, "mt_echo_server: thread %d: %d connections",
+			   &t, &n) == 2 && n > 0)
+			busy++;
+	}
+	assert_int_equal(busy, 3);
+}
+
 /* A blocking TCP echo round trip of len bytes; 0 when the echo matches. */
 static int tcp_roundtrip(int fd, uint32_t seq, size_t len)
 {
@@ -281,6 +309,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_echo_server, teardown),
+		cmocka_unit_test_teardown(test_mt_echo_server, teardown),
 		cmocka_unit_test_teardown(test_epoll_server_lt, teardown),
 		cmocka_unit_test_teardown(test_epoll_server_et, teardown),
 		cmocka_unit_test_teardown(test_client_usage, teardown),
