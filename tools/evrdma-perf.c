@@ -115,14 +115,17 @@ static int parse_sizes(char *arg, size_t *sizes, int *n)
 static void usage(void)
 {
 	fprintf(stderr,
-"usage: evrdma-perf -s [-a ADDR] [-p PORT] [-v] [CTX-OPTIONS]\n"
+"usage: evrdma-perf -s [-a ADDR] [-p PORT] [-T THREADS] [-v] [CTX-OPTIONS]\n"
 "       evrdma-perf -c ADDR [-p PORT] [-t lat|bw|rate|conn] [-S SIZES]\n"
 "                   [-n ITERS | -D SECONDS] [-w WINDOW] [-C CONNS]\n"
 "                   [-m event|poll|adaptive] [--load idle|light|sat]\n"
-"                   [--rate R] [--ramp W] [--burst] [--json | --csv]\n"
-"                   [CTX-OPTIONS]\n"
+"                   [--rate R] [--ramp W] [--burst] [--mt]\n"
+"                   [--json | --csv] [CTX-OPTIONS]\n"
 "  -s            serve (any number of tests, until SIGINT/SIGTERM)\n"
 "  -a ADDR       server: local address to listen on (default any)\n"
+"  -T THREADS    server: serve the connections on THREADS worker threads,\n"
+"                each with its own ctx, placing each on the least loaded\n"
+"                (default: on the listener's thread); 1 to %d\n"
 "  -c ADDR       client: the server's address (IPv4 or IPv6)\n"
 "  -p PORT       port (default %d)\n"
 "  -t TEST       lat: ping-pong; bw: one-way stream; rate: small-message\n"
@@ -149,6 +152,8 @@ static void usage(void)
 "                turn (CSV and JSON count these as skipped)\n"
 "  --ramp W      lat, bw, rate: open the CONNS connections W connects\n"
 "                at a time instead of all at once\n"
+"  --mt          bw, rate: the sends come from another thread\n"
+"                (evr_send_mt: copied, sent from the ctx's thread)\n"
 "  --json, --csv machine-readable output instead of the table\n"
 "CTX-OPTIONS set evr_ctx_opts fields of this side's ctx (default: the\n"
 "library's): --sq-depth N, --srq-buffers N, --window-idle MS,\n"
@@ -157,7 +162,7 @@ static void usage(void)
 "Latencies are half round trips (us); cpu_us/m is the client's CPU time\n"
 "per message, cpu%% and srv%% the client's and server's CPU time per wall\n"
 "second (getrusage), switch the adaptive mode switches.\n",
-		PERF_PORT, LIGHT_RATE);
+		MAX_THREADS, PERF_PORT, LIGHT_RATE);
 	exit(2);
 }
 
@@ -174,13 +179,14 @@ int main(int argc, char **argv)
 		{"srq-buffers", required_argument, NULL, 'F'},
 		{"window-idle", required_argument, NULL, 'I'},
 		{"eager-size", required_argument, NULL, 'E'},
+		{"mt", no_argument, NULL, 'M'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
 	struct opts o = {0};
 	const char *listen_addr = NULL;
 	char *sizes = NULL;
-	int server = 0, verbose = 0, have_w = 0, have_n = 0, opt;
+	int server = 0, verbose = 0, have_w = 0, have_n = 0, threads = 0, opt;
 	unsigned long long v;
 	size_t sz;
 	char *end;
@@ -189,7 +195,7 @@ int main(int argc, char **argv)
 	o.test = T_LAT;
 	o.mode = EVR_MODE_ADAPTIVE;
 	o.conns = 1;
-	while ((opt = getopt_long(argc, argv, "sa:c:p:t:S:n:D:w:C:m:vh", lopts,
+	while ((opt = getopt_long(argc, argv, "sa:c:p:t:S:n:D:w:C:m:T:vh", lopts,
 				  NULL)) != -1) {
 		switch (opt) {
 		case 's':
@@ -298,6 +304,14 @@ int main(int argc, char **argv)
 		case 'v':
 			verbose = 1;
 			break;
+		case 'M':
+			o.mt = true;
+			break;
+		case 'T':
+			if (parse_ull(optarg, 1, MAX_THREADS, &v) < 0)
+				usage();
+			threads = (int)v;
+			break;
 		default:
 			usage();
 		}
@@ -306,7 +320,9 @@ int main(int argc, char **argv)
 		usage();
 	signal(SIGPIPE, SIG_IGN);
 	if (server)
-		return run_server(listen_addr, o.port, verbose);
+		return run_server(listen_addr, o.port, verbose, threads);
+	if (threads)
+		usage(); /* a server option */
 
 	if (listen_addr || (have_n && o.secs > 0) ||
 	    (o.load && o.test != T_LAT))
@@ -330,6 +346,8 @@ int main(int argc, char **argv)
 	if ((o.load == L_IDLE || o.load == L_LIGHT) && have_n)
 		usage(); /* they run for a duration */
 	if (o.burst && (o.test != T_CONN || have_n))
+		usage();
+	if (o.mt && o.test != T_BW && o.test != T_RATE)
 		usage();
 	if ((o.rate > 0 && o.load != L_LIGHT) || (o.ramp && o.test == T_CONN))
 		usage();

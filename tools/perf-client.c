@@ -237,6 +237,8 @@ static int run_one(struct perf *p, size_t size)
 		msg_begin(p);
 	if (!p->failed)
 		ev_run(p->loop, 0);
+	if (p->o.test != T_CONN)
+		msg_end(p);
 	ev_timer_stop(p->loop, &p->prog_w);
 	ev_timer_stop(p->loop, &p->stop_w);
 	ev_timer_stop(p->loop, &p->tick_w);
@@ -264,6 +266,8 @@ int run_client(struct opts *o)
 
 	p.o = *o;
 	p.loop = EV_DEFAULT;
+	pthread_mutex_init(&p.mt_mu, NULL);
+	pthread_cond_init(&p.mt_cv, NULL);
 	switch (o->test) {
 	case T_LAT:
 		p.kind = K_ECHO;

@@ -17,6 +17,9 @@
  * sends of large messages cost no registration.
  */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #include "perf.h"
@@ -65,6 +68,216 @@ void pump_echo(struct pconn *pc)
 	}
 }
 
+/* ---- --mt: the one-way stream sent from another thread ---- */
+
+/* A producer thread keeps every connection's window full with
+ * evr_send_mt() (the message copied, then sent from the loop's thread),
+ * and sleeps while every window is full; the completions come back here,
+ * on the loop's thread, which wakes it.  When it is done (the count
+ * reached, or the duration over) it tells the loop with evr_ctx_call(),
+ * and each connection asks for its final report once its last send has
+ * completed.  Each thread's CPU time is measured on its own (msg_end
+ * prints it): on a host with a core for each, the loop thread's time per
+ * message is what bounds the rate. */
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Wake the producer if it sleeps (the loop's side of mt_wait). */
+static void mt_wake(struct perf *p)
+{
+	if (!__atomic_load_n(&p->mt_waiting, __ATOMIC_SEQ_CST))
+		return;
+	pthread_mutex_lock(&p->mt_mu);
+	p->mt_waiting = 0;
+	pthread_cond_signal(&p->mt_cv);
+	pthread_mutex_unlock(&p->mt_mu);
+}
+
+static bool mt_room(struct perf *p)
+{
+	unsigned i;
+
+	if (__atomic_load_n(&p->stop, __ATOMIC_SEQ_CST))
+		return true;
+	for (i = 0; i < p->o.conns; i++) {
+		struct pconn *pc = &p->pc[i];
+
+		if (pc->sent - __atomic_load_n(&pc->acked, __ATOMIC_SEQ_CST) <
+		    p->window)
+			return true;
+	}
+	return false;
+}
+
+/* The producer's: sleep until a window has room (or the run stops).  The
+ * flag is set before the windows are looked at, and the loop increments a
+ * window's count before it looks at the flag: one of the two sees the
+ * other. */
+static void mt_wait(struct perf *p)
+{
+	pthread_mutex_lock(&p->mt_mu);
+	__atomic_store_n(&p->mt_waiting, 1, __ATOMIC_SEQ_CST);
+	while (__atomic_load_n(&p->mt_waiting, __ATOMIC_SEQ_CST) && !mt_room(p))
+		pthread_cond_wait(&p->mt_cv, &p->mt_mu);
+	__atomic_store_n(&p->mt_waiting, 0, __ATOMIC_SEQ_CST);
+	pthread_mutex_unlock(&p->mt_mu);
+}
+struct mt_end {
+	struct perf *p;
+	unsigned gen;
+};
+
+static void mt_check_end(struct pconn *pc)
+{
+	if (pc->ph == PH_RUN && pc->p->mt_done && pc->acked == pc->sent)
+		request_report(pc, PH_FINAL);
+}
+
+static void mt_on_sent(evr_conn *conn, int status, void *arg)
+{
+	struct pconn *pc = arg;
+	struct perf *p = pc->p;
+
+	(void)conn;
+	if (status < 0) {
+		if (!p->failed && pc->ph < PH_CLOSING)
+			client_fail(p, "conn %u: send failed in phase %s: %s",
+				    pc->idx, phase_str[pc->ph],
+				    evr_strerror(status));
+		return;
+	}
+	p->events++;
+	/* the only writer; the producer reads it */
+	__atomic_store_n(&pc->acked, pc->acked + 1, __ATOMIC_SEQ_CST);
+	mt_wake(p);
+	mt_check_end(pc);
+}
+
+static void mt_finished(evr_ctx *ctx, void *arg)
+{
+	struct mt_end *e = arg;
+	struct perf *p = e->p;
+	unsigned i;
+
+	(void)ctx;
+	if (e->gen != p->mt_gen || !p->mt_running) {
+		free(e); /* a run ended early (msg_end) joined it already */
+		return;
+	}
+	free(e);
+	pthread_join(p->mt_t, NULL);
+	p->mt_running = false;
+	p->mt_done = true;
+	if (p->mt_err) {
+		client_fail(p, "evr_send_mt: %s", evr_strerror(p->mt_err));
+		return;
+	}
+	for (i = 0; i < p->o.conns; i++)
+		mt_check_end(&p->pc[i]);
+}
+
+static void *mt_produce(void *arg)
+{
+	struct perf *p = arg;
+	struct mt_end *e = malloc(sizeof(*e));
+	uint64_t cpu0 = thread_cpu_ns();
+	bool more = true;
+	unsigned i;
+
+	while (more && !p->mt_err) {
+		bool moved = false;
+
+		more = false;
+		for (i = 0; i < p->o.conns; i++) {
+			struct pconn *pc = &p->pc[i];
+			uint64_t sent = pc->sent; /* ours while we run */
+			int rc;
+
+			if (__atomic_load_n(&p->stop, __ATOMIC_SEQ_CST) ||
+			    (p->n && sent >= p->n))
+				continue;
+			more = true;
+			if (sent - __atomic_load_n(&pc->acked,
+						   __ATOMIC_SEQ_CST) >=
+			    p->window)
+				continue;
+			rc = evr_send_mt(pc->conn, p->buf, p->size, mt_on_sent,
+					 pc);
+			if (rc < 0) {
+				p->mt_err = rc;
+				break;
+			}
+			__atomic_store_n(&pc->sent, sent + 1, __ATOMIC_RELEASE);
+			moved = true;
+		}
+		if (more && !moved)
+			mt_wait(p);
+	}
+	p->mt_cpu_ns = thread_cpu_ns() - cpu0;
+	if (!e) {
+		p->mt_err = -ENOMEM; /* told by msg_end's join */
+		return NULL;
+	}
+	e->p = p;
+	e->gen = p->mt_gen;
+	if (evr_ctx_call(p->ctx, mt_finished, e) < 0)
+		free(e);
+	return NULL;
+}
+
+static void mt_start(struct perf *p)
+{
+	int rc;
+
+	if (p->mt_running || p->mt_done || p->failed)
+		return;
+	p->mt_gen++;
+	p->mt_err = 0;
+	p->mt_waiting = 0;
+	p->mt_cpu_ns = 0;
+	p->mt_loop_cpu0 = thread_cpu_ns();
+	rc = pthread_create(&p->mt_t, NULL, mt_produce, p);
+	if (rc) {
+		client_fail(p, "pthread_create: %s", evr_strerror(-rc));
+		return;
+	}
+	p->mt_running = true;
+}
+
+/* After a measurement's loop: a producer still running (the run failed)
+ * is stopped and joined before anything it uses goes. */
+void msg_end(struct perf *p)
+{
+	uint64_t n = 0;
+	unsigned i;
+
+	if (p->mt_running) {
+		__atomic_store_n(&p->stop, true, __ATOMIC_SEQ_CST);
+		mt_wake(p);
+		pthread_join(p->mt_t, NULL);
+		p->mt_running = false;
+		return;
+	}
+	if (!p->o.mt || !p->mt_done || p->failed)
+		return;
+	for (i = 0; i < p->o.conns; i++)
+		n += p->pc[i].sent;
+	if (n)
+		fprintf(stderr, "evrdma-perf: --mt: %llu messages; thread CPU "
+				"per message: loop %.3f us, sending thread "
+				"%.3f us\n",
+			(unsigned long long)n,
+			(double)(thread_cpu_ns() - p->mt_loop_cpu0) / 1e3 /
+				(double)n,
+			(double)p->mt_cpu_ns / 1e3 / (double)n);
+}
+
 /* One-way tests: keep the window of unfinished sends full, then ask for
  * the final report, which confirms the total. */
 void pump_sink(struct pconn *pc)
@@ -73,6 +286,10 @@ void pump_sink(struct pconn *pc)
 
 	if (pc->ph != PH_RUN)
 		return;
+	if (p->o.mt) {
+		mt_start(p);
+		return;
+	}
 	while (!p->stop && (!p->n || pc->sent < p->n) &&
 	       pc->sent - pc->acked < p->window) {
 		if (send_msg(pc, p->size) < 0)
@@ -276,6 +493,7 @@ void msg_begin(struct perf *p)
 {
 	unsigned i;
 
+	p->mt_done = false;
 	for (i = 0; i < p->o.conns; i++) {
 		struct pconn *pc = &p->pc[i];
 
@@ -298,7 +516,9 @@ void on_stop(struct ev_loop *loop, ev_timer *w, int revents)
 
 	(void)loop;
 	(void)revents;
-	p->stop = true;
+	__atomic_store_n(&p->stop, true, __ATOMIC_SEQ_CST); /* --mt reads it */
+	if (p->o.mt)
+		mt_wake(p);
 	if (p->o.test == T_CONN)
 		return;
 	for (i = 0; i < p->o.conns && !p->failed; i++) {

@@ -9,8 +9,15 @@
  * once the last connection has closed the ctx goes back to EVENT mode and
  * sleeps until the next test.  An empty message is a report request,
  * answered with a report (perf-common.c).
+ *
+ * With -T THREADS the listener's ctx only listens: each connection is
+ * placed (evr_accept_on) on the worker thread with the fewest open
+ * connections, each worker running a ctx on a libev loop of its own, so
+ * the mode a request asks for is set on its worker's ctx.  CPU time in
+ * the reports is the whole process's.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +25,7 @@
 
 #include "perf.h"
 
+/* The listener's ctx, or a worker's (-T): each on its own thread. */
 struct server {
 	struct ev_loop *loop;
 	evr_ctx *ctx;
@@ -26,11 +34,22 @@ struct server {
 	unsigned nopen; /* accepted and not yet closed */
 	int verbose;
 	uint64_t conns, errors;
+	/* -T: the workers (listener's); the thread and its load (worker's) */
+	struct server *w;
+	int nw;
+	bool worker;
+	pthread_t t;
+	int load;  /* atomic: placed and not closed */
+	int ready; /* 1 made, -errno failed; under start_mu */
 };
+
+static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t start_cv = PTHREAD_COND_INITIALIZER;
 
 struct sconn {
 	struct server *srv;
 	enum kind kind;
+	int mode; /* the mode the test asked for */
 	uint64_t msgs, bytes;
 	size_t eager; /* the peer's eager size */
 };
@@ -128,16 +147,34 @@ out:
 	}
 }
 
+static void set_mode(struct server *srv, int mode)
+{
+	int rc = evr_ctx_set_mode(srv->ctx, (enum evr_mode)mode);
+
+	if (rc < 0) {
+		fprintf(stderr, "evrdma-perf: evr_ctx_set_mode: %s\n",
+			evr_strerror(rc));
+		srv->errors++;
+	}
+}
+
 static void srv_on_connect(evr_conn *conn, int status, void *arg)
 {
 	struct sconn *sc = arg;
 	struct server *srv = sc->srv;
 
+	if (srv->worker) { /* placed on a worker: counted and set up here */
+		srv->nopen++;
+		if (status == 0)
+			set_mode(srv, sc->mode);
+	}
 	if (status < 0) {
 		fprintf(stderr, "evrdma-perf: accept failed: %s\n",
 			evr_strerror(status));
 		srv->errors++;
 		free(sc);
+		if (srv->worker)
+			__atomic_sub_fetch(&srv->load, 1, __ATOMIC_RELAXED);
 		srv_conn_gone(srv);
 		return;
 	}
@@ -162,7 +199,21 @@ static void srv_on_close(evr_conn *conn, int status, void *arg)
 			evr_err_name(status), (unsigned long long)sc->msgs,
 			(unsigned long long)sc->bytes);
 	free(sc);
+	if (srv->worker)
+		__atomic_sub_fetch(&srv->load, 1, __ATOMIC_RELAXED);
 	srv_conn_gone(srv);
+}
+
+static struct server *least_loaded(struct server *srv)
+{
+	struct server *w = &srv->w[0];
+	int i;
+
+	for (i = 1; i < srv->nw; i++)
+		if (__atomic_load_n(&srv->w[i].load, __ATOMIC_RELAXED) <
+		    __atomic_load_n(&w->load, __ATOMIC_RELAXED))
+			w = &srv->w[i];
+	return w;
 }
 
 static void srv_on_accept(evr_listener *l, evr_conn_req *req,
@@ -191,18 +242,29 @@ static void srv_on_accept(evr_listener *l, evr_conn_req *req,
 	}
 	sc->srv = srv;
 	sc->kind = (enum kind)u[4];
-	/* The mode is per ctx: the latest request sets it for all. */
-	rc = evr_ctx_set_mode(srv->ctx, (enum evr_mode)u[5]);
-	if (rc < 0) {
-		fprintf(stderr, "evrdma-perf: evr_ctx_set_mode: %s\n",
-			evr_strerror(rc));
-		srv->errors++;
-	}
+	sc->mode = u[5];
 	evr_conn_opts_init(&co);
 	co.on_connect = srv_on_connect;
 	co.on_recv = srv_on_recv;
 	co.on_close = srv_on_close;
 	co.arg = sc;
+	if (srv->nw) {
+		struct server *w = least_loaded(srv);
+
+		sc->srv = w;
+		__atomic_add_fetch(&w->load, 1, __ATOMIC_RELAXED);
+		rc = evr_accept_on(req, w->ctx, &co);
+		if (rc < 0) { /* not answered: the listener refuses it */
+			fprintf(stderr, "evrdma-perf: evr_accept_on: %s\n",
+				evr_strerror(rc));
+			__atomic_sub_fetch(&w->load, 1, __ATOMIC_RELAXED);
+			srv->errors++;
+			free(sc);
+		}
+		return;
+	}
+	/* The mode is per ctx: the latest request sets it for all. */
+	set_mode(srv, sc->mode);
 	rc = evr_accept(req, &co, NULL);
 	if (rc < 0) {
 		/* the request is rejected for us */
@@ -224,22 +286,112 @@ static void srv_on_signal(struct ev_loop *loop, ev_signal *w, int revents)
 	ev_break(loop, EVBREAK_ALL);
 }
 
-int run_server(const char *addr, int port, int verbose)
+static void stop_loop(evr_ctx *ctx, void *arg)
 {
-	struct server srv = {0};
+	(void)ctx;
+	ev_break(arg, EVBREAK_ALL);
+}
+
+static int make_ctx(struct server *srv, const char *addr)
+{
 	struct evr_ctx_opts o;
 	int rc;
 
-	srv.loop = EV_DEFAULT;
-	srv.verbose = verbose;
 	evr_ctx_opts_init(&o);
 	o.local_addr = addr;
 	o.mode = EVR_MODE_EVENT;
 	perf_tune_apply(&o);
-	rc = evr_ctx_create(&srv.ctx, srv.loop, &o);
-	if (rc < 0) {
+	rc = evr_ctx_create(&srv->ctx, srv->loop, &o);
+	if (rc < 0)
 		fprintf(stderr, "evrdma-perf: evr_ctx_create: %s\n",
 			evr_strerror(rc));
+	return rc;
+}
+
+struct worker_arg {
+	struct server *w;
+	const char *addr;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker_arg *a = arg;
+	struct server *w = a->w;
+	int rc;
+
+	w->loop = ev_loop_new(EVFLAG_AUTO);
+	rc = w->loop ? make_ctx(w, a->addr) : -ENOMEM;
+	pthread_mutex_lock(&start_mu);
+	w->ready = rc < 0 ? rc : 1;
+	pthread_cond_broadcast(&start_cv);
+	pthread_mutex_unlock(&start_mu);
+	if (rc < 0)
+		return NULL;
+	ev_run(w->loop, 0); /* until the listener's thread calls stop_loop */
+	evr_ctx_destroy(w->ctx);
+	ev_loop_destroy(w->loop);
+	return NULL;
+}
+
+/* Start nw workers; 0 when every one has its ctx. */
+static int start_workers(struct server *srv, const char *addr, int nw)
+{
+	static struct worker_arg args[MAX_THREADS];
+	int i, rc = 0;
+
+	srv->w = calloc((size_t)nw, sizeof(*srv->w));
+	if (!srv->w)
+		return -ENOMEM;
+	for (i = 0; i < nw; i++) {
+		srv->w[i].verbose = srv->verbose;
+		srv->w[i].worker = true;
+		args[i].w = &srv->w[i];
+		args[i].addr = addr;
+		if (pthread_create(&srv->w[i].t, NULL, worker_main, &args[i]))
+			break;
+		srv->nw++;
+	}
+	pthread_mutex_lock(&start_mu);
+	for (i = 0; i < srv->nw; i++) {
+		while (!srv->w[i].ready)
+			pthread_cond_wait(&start_cv, &start_mu);
+		if (srv->w[i].ready < 0)
+			rc = srv->w[i].ready;
+	}
+	pthread_mutex_unlock(&start_mu);
+	return srv->nw < nw ? -EAGAIN : rc;
+}
+
+static void stop_workers(struct server *srv)
+{
+	int i;
+
+	for (i = 0; i < srv->nw; i++) {
+		if (srv->w[i].ready > 0)
+			evr_ctx_call(srv->w[i].ctx, stop_loop, srv->w[i].loop);
+		pthread_join(srv->w[i].t, NULL);
+		/* joined: its counters are ours to read */
+		srv->conns += srv->w[i].conns;
+		srv->errors += srv->w[i].errors;
+	}
+	free(srv->w);
+}
+
+int run_server(const char *addr, int port, int verbose, int threads)
+{
+	struct server srv = {0};
+	int rc;
+
+	srv.loop = EV_DEFAULT;
+	srv.verbose = verbose;
+	if (make_ctx(&srv, addr) < 0)
+		return 1;
+	rc = threads ? start_workers(&srv, addr, threads) : 0;
+	if (rc < 0) {
+		fprintf(stderr, "evrdma-perf: starting %d threads: %s\n",
+			threads, evr_strerror(rc));
+		stop_workers(&srv);
+		evr_ctx_destroy(srv.ctx);
 		return 1;
 	}
 	rc = evr_listen(srv.ctx, addr, (uint16_t)port, 0, srv_on_accept,
@@ -247,11 +399,16 @@ int run_server(const char *addr, int port, int verbose)
 	if (rc < 0) {
 		fprintf(stderr, "evrdma-perf: listen on %s:%d: %s\n",
 			addr ? addr : "*", port, evr_strerror(rc));
+		stop_workers(&srv);
 		evr_ctx_destroy(srv.ctx);
 		return 1;
 	}
-	printf("evrdma-perf: server listening on %s:%d\n", addr ? addr : "*",
-	       port);
+	if (threads)
+		printf("evrdma-perf: server listening on %s:%d, %d threads\n",
+		       addr ? addr : "*", port, threads);
+	else
+		printf("evrdma-perf: server listening on %s:%d\n",
+		       addr ? addr : "*", port);
 	fflush(stdout);
 	ev_signal_init(&srv.sigint, srv_on_signal, SIGINT);
 	ev_signal_init(&srv.sigterm, srv_on_signal, SIGTERM);
@@ -259,10 +416,12 @@ int run_server(const char *addr, int port, int verbose)
 	ev_signal_start(srv.loop, &srv.sigterm);
 	ev_run(srv.loop, 0);
 
+	evr_listener_close(srv.listener);
+	if (srv.nw)
+		stop_workers(&srv);
 	printf("evrdma-perf: server done: %llu connections, %llu errors\n",
 	       (unsigned long long)srv.conns,
 	       (unsigned long long)srv.errors);
-	evr_listener_close(srv.listener);
 	evr_ctx_destroy(srv.ctx);
 	return srv.errors ? 1 : 0;
 }

@@ -15,6 +15,7 @@
 #define EVRDMA_PERF_H
 
 #include <ev.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -79,6 +80,7 @@ struct opts {
 	unsigned ramp;	/* message tests: connects outstanding; 0: all */
 	int mode;
 	enum fmt fmt;
+	bool mt;	/* bw, rate: send from another thread (evr_send_mt) */
 };
 
 /* One row of output. */
@@ -163,6 +165,17 @@ struct perf {
 	bool progress_shown;
 	ev_timer stop_w, tick_w, prog_w;
 
+	/* --mt: the thread that sends; p->stop, pc->sent and pc->acked are
+	 * then read and written with atomics */
+	pthread_t mt_t;
+	bool mt_running, mt_done;
+	unsigned mt_gen;
+	int mt_err;
+	pthread_mutex_t mt_mu; /* the sending thread waits for room here */
+	pthread_cond_t mt_cv;
+	int mt_waiting;	       /* atomic */
+	uint64_t mt_loop_cpu0, mt_cpu_ns; /* thread CPU time: loop, sender */
+
 	struct result *res;
 	size_t nres;
 };
@@ -187,7 +200,8 @@ extern struct perf_tune perf_tune;
 void perf_tune_apply(struct evr_ctx_opts *o);
 
 /* perf-server.c */
-int run_server(const char *addr, int port, int verbose);
+#define MAX_THREADS 64
+int run_server(const char *addr, int port, int verbose, int threads);
 
 /* perf-client.c */
 int run_client(struct opts *o);
@@ -205,6 +219,7 @@ void close_all(struct perf *p);
 void msg_begin(struct perf *p);
 void pump_echo(struct pconn *pc);
 void pump_sink(struct pconn *pc);
+void msg_end(struct perf *p);
 void on_recv(evr_conn *conn, const void *data, size_t len, void *arg);
 void on_stop(struct ev_loop *loop, ev_timer *w, int revents);
 void on_tick(struct ev_loop *loop, ev_timer *w, int revents);
