@@ -31,6 +31,22 @@ static const char *const phase_str[] = {
 
 static void on_sent(evr_conn *conn, int status, void *arg);
 
+/* A data send completed: false (and the run failed) if it failed. */
+static bool sent_ok(struct pconn *pc, int status)
+{
+	struct perf *p = pc->p;
+
+	if (status < 0) {
+		if (!p->failed && pc->ph < PH_CLOSING)
+			client_fail(p, "conn %u: send failed in phase %s: %s",
+				    pc->idx, phase_str[pc->ph],
+				    evr_strerror(status));
+		return false;
+	}
+	p->events++;
+	return true;
+}
+
 /* Send one data message (or, with len 0, a report request).  Echo tests
  * need no send callback -- the echo tells the message went, the buffer
  * stays valid, and a failed send fails the conn (on_close) -- and send
@@ -145,14 +161,8 @@ static void mt_on_sent(evr_conn *conn, int status, void *arg)
 	struct perf *p = pc->p;
 
 	(void)conn;
-	if (status < 0) {
-		if (!p->failed && pc->ph < PH_CLOSING)
-			client_fail(p, "conn %u: send failed in phase %s: %s",
-				    pc->idx, phase_str[pc->ph],
-				    evr_strerror(status));
+	if (!sent_ok(pc, status))
 		return;
-	}
-	p->events++;
 	/* the only writer; the producer reads it */
 	__atomic_store_n(&pc->acked, pc->acked + 1, __ATOMIC_SEQ_CST);
 	mt_wake(p);
@@ -320,14 +330,8 @@ static void on_sent(evr_conn *conn, int status, void *arg)
 	struct perf *p = pc->p;
 
 	(void)conn;
-	if (status < 0) {
-		if (!p->failed && pc->ph < PH_CLOSING)
-			client_fail(p, "conn %u: send failed in phase %s: %s",
-				    pc->idx, phase_str[pc->ph],
-				    evr_strerror(status));
+	if (!sent_ok(pc, status))
 		return;
-	}
-	p->events++;
 	if (pc->ph != PH_RUN || p->kind != K_SINK)
 		return;
 	pc->acked++;
