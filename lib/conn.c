@@ -548,7 +548,7 @@ void evr__conn_fail(evr_conn *c, int err)
 
 int evr_conn_close(evr_conn *c, unsigned flags)
 {
-	EVR_OWNER(c ? c->ctx : NULL);
+	EVR_CONN_OWNER(c);
 	if (!c || (flags & ~EVR_CLOSE_ABORT))
 		return -EINVAL;
 	if (!evr__conn_open(c))
@@ -1315,19 +1315,19 @@ void evr__conn_free_all(evr_ctx *ctx)
 
 void *evr_conn_arg(const evr_conn *c)
 {
-	EVR_OWNER(c ? c->ctx : NULL);
+	EVR_CONN_OWNER(c);
 	return c->o.arg;
 }
 
 void evr_conn_set_arg(evr_conn *c, void *arg)
 {
-	EVR_OWNER(c ? c->ctx : NULL);
+	EVR_CONN_OWNER(c);
 	c->o.arg = arg;
 }
 
 const void *evr_conn_reject_reason(const evr_conn *c, size_t *len)
 {
-	EVR_OWNER(c ? c->ctx : NULL);
+	EVR_CONN_OWNER(c);
 	if (len)
 		*len = c->rej_len;
 	return c->rej_len ? c->rej : NULL;
@@ -1336,7 +1336,7 @@ const void *evr_conn_reject_reason(const evr_conn *c, size_t *len)
 int evr_conn_peer_addr(const evr_conn *c, struct sockaddr *addr,
 		       socklen_t *len)
 {
-	EVR_OWNER(c ? c->ctx : NULL);
+	EVR_CONN_OWNER(c);
 	if (!c)
 		return -EINVAL;
 	return evr__addr_copy(c->id ? rdma_get_peer_addr(c->id) : NULL, addr,
@@ -1346,7 +1346,7 @@ int evr_conn_peer_addr(const evr_conn *c, struct sockaddr *addr,
 int evr_conn_local_addr(const evr_conn *c, struct sockaddr *addr,
 			socklen_t *len)
 {
-	EVR_OWNER(c ? c->ctx : NULL);
+	EVR_CONN_OWNER(c);
 	if (!c)
 		return -EINVAL;
 	return evr__addr_copy(c->id ? rdma_get_local_addr(c->id) : NULL, addr,
@@ -1355,7 +1355,7 @@ int evr_conn_local_addr(const evr_conn *c, struct sockaddr *addr,
 
 int evr_conn_info(const evr_conn *c, struct evr_conn_info *out)
 {
-	EVR_OWNER(c ? c->ctx : NULL);
+	EVR_CONN_OWNER(c);
 	if (!c || !out)
 		return -EINVAL;
 	out->peer_max_msg = c->peer_max_msg;

@@ -683,6 +683,8 @@ _Noreturn void evr__wrong_thread(const char *fn);
 #else
 #define EVR_OWNER(ctx) ((void)0)
 #endif
+/* The same for an entry point given a conn (NULL passes). */
+#define EVR_CONN_OWNER(c) EVR_OWNER((c) ? (c)->ctx : NULL)
 
 static inline void evr__conn_ref(evr_conn *c)
 {

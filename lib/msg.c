@@ -106,7 +106,7 @@ int evr_send(evr_conn *c, const void *buf, size_t len, evr_op_cb cb,
 {
 	if (!buf && len)
 		return -EINVAL;
-	EVR_OWNER(c ? c->ctx : NULL);
+	EVR_CONN_OWNER(c);
 	return send_common(c, buf, NULL, 0, len, cb, arg, true);
 }
 
@@ -185,7 +185,7 @@ int evr_sendv(evr_conn *c, const struct iovec *iov, int iovcnt, evr_op_cb cb,
 			return -EMSGSIZE;
 		len += iov[i].iov_len;
 	}
-	EVR_OWNER(c ? c->ctx : NULL);
+	EVR_CONN_OWNER(c);
 	if (iovcnt == 1)
 		return send_common(c, iov[0].iov_base, NULL, 0, len, cb, arg,
 				   true);
@@ -901,9 +901,9 @@ void evr__msg_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
 
 evr_msg *evr_conn_hold(evr_conn *c)
 {
-	EVR_OWNER(c ? c->ctx : NULL);
 	evr_msg *m;
 
+	EVR_CONN_OWNER(c);
 	if (!c || !c->in_recv || !c->cur_msg)
 		return NULL;
 	if (c->cur_held)

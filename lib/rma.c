@@ -75,7 +75,7 @@ int evr_write(evr_conn *c, evr_mr *lmr, size_t loff, const struct evr_rkey *rk,
 	struct evr__op *op;
 	int err;
 
-	EVR_OWNER(c ? c->ctx : NULL);
+	EVR_CONN_OWNER(c);
 	err = rma_submit(c, EVR_OP_WRITE, IBV_WR_RDMA_WRITE, lmr, loff, rk,
 			 roff, len, cb, arg, &op);
 	if (err)
@@ -91,7 +91,7 @@ int evr_write_imm(evr_conn *c, evr_mr *lmr, size_t loff,
 	struct evr__op *op;
 	int err;
 
-	EVR_OWNER(c ? c->ctx : NULL);
+	EVR_CONN_OWNER(c);
 	err = rma_submit(c, EVR_OP_WRITE_IMM, IBV_WR_RDMA_WRITE_WITH_IMM,
 			 lmr, loff, rk, roff, len, cb, arg, &op);
 	if (err)
@@ -107,7 +107,7 @@ int evr_read(evr_conn *c, evr_mr *lmr, size_t loff, const struct evr_rkey *rk,
 	struct evr__op *op;
 	int err;
 
-	EVR_OWNER(c ? c->ctx : NULL);
+	EVR_CONN_OWNER(c);
 	err = rma_submit(c, EVR_OP_READ, IBV_WR_RDMA_READ, lmr, loff, rk,
 			 roff, len, cb, arg, &op);
 	if (err)
@@ -141,7 +141,7 @@ int evr_fetch_add(evr_conn *c, evr_mr *lmr, size_t loff,
 		  const struct evr_rkey *rk, uint64_t roff, uint64_t add,
 		  evr_op_cb cb, void *arg)
 {
-	EVR_OWNER(c ? c->ctx : NULL);
+	EVR_CONN_OWNER(c);
 	return atomic_submit(c, IBV_WR_ATOMIC_FETCH_AND_ADD, lmr, loff, rk,
 			     roff, add, 0, cb, arg);
 }
@@ -150,7 +150,7 @@ int evr_cmp_swap(evr_conn *c, evr_mr *lmr, size_t loff,
 		 const struct evr_rkey *rk, uint64_t roff, uint64_t compare,
 		 uint64_t swap, evr_op_cb cb, void *arg)
 {
-	EVR_OWNER(c ? c->ctx : NULL);
+	EVR_CONN_OWNER(c);
 	return atomic_submit(c, IBV_WR_ATOMIC_CMP_AND_SWP, lmr, loff, rk, roff,
 			     compare, swap, cb, arg);
 }
