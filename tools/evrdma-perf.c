@@ -117,6 +117,7 @@ static void usage(void)
 	fprintf(stderr,
 "usage: evrdma-perf -s [-a ADDR] [-p PORT] [-T THREADS] [-v] [CTX-OPTIONS]\n"
 "       evrdma-perf -c ADDR [-p PORT] [-t lat|bw|rate|conn] [-S SIZES]\n"
+"                   [-T THREADS]\n"
 "                   [-n ITERS | -D SECONDS] [-w WINDOW] [-C CONNS]\n"
 "                   [-m event|poll|adaptive] [--load idle|light|sat]\n"
 "                   [--rate R] [--ramp W] [--burst] [--mt]\n"
@@ -125,7 +126,10 @@ static void usage(void)
 "  -a ADDR       server: local address to listen on (default any)\n"
 "  -T THREADS    server: serve the connections on THREADS worker threads,\n"
 "                each with its own ctx, placing each on the least loaded\n"
-"                (default: on the listener's thread); 1 to %d\n"
+"                (default: on the listener's thread); 1 to %d.  Client\n"
+"                (lat, bw, rate): THREADS threads, each with its own ctx\n"
+"                and its share of the CONNS connections, measuring\n"
+"                together; rates add up, latencies are merged\n"
 "  -c ADDR       client: the server's address (IPv4 or IPv6)\n"
 "  -p PORT       port (default %d)\n"
 "  -t TEST       lat: ping-pong; bw: one-way stream; rate: small-message\n"
@@ -321,8 +325,10 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (server)
 		return run_server(listen_addr, o.port, verbose, threads);
-	if (threads)
-		usage(); /* a server option */
+	/* client threads: the message tests, a connection each at least */
+	if (threads && (o.test == T_CONN || (unsigned)threads > o.conns))
+		usage();
+	o.threads = (unsigned)threads;
 
 	if (listen_addr || (have_n && o.secs > 0) ||
 	    (o.load && o.test != T_LAT))

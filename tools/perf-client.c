@@ -14,10 +14,12 @@
  * allocated here once for all sizes.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "perf.h"
@@ -158,12 +160,49 @@ static void on_progress(struct ev_loop *loop, ev_timer *w, int revents)
 	p->progress_shown = true;
 }
 
+/* -T: a barrier the client threads meet at before each measurement, so
+ * that their intervals coincide; bounded, so that a thread that failed
+ * before it does not hold the others forever. */
+struct tstart {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	unsigned n, waiting, gen;
+};
+
+static int tstart_wait(struct tstart *t)
+{
+	struct timespec until;
+	unsigned gen;
+	int rc = 0;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 120;
+	pthread_mutex_lock(&t->mu);
+	gen = t->gen;
+	if (++t->waiting == t->n) {
+		t->waiting = 0;
+		t->gen++;
+		pthread_cond_broadcast(&t->cv);
+	}
+	while (gen == t->gen && rc == 0)
+		rc = pthread_cond_timedwait(&t->cv, &t->mu, &until);
+	rc = gen == t->gen ? -ETIMEDOUT : 0;
+	if (rc)
+		t->waiting--;
+	pthread_mutex_unlock(&t->mu);
+	return rc;
+}
+
 /* Every connection is ready: start the clock and the traffic. */
 void run_start(struct perf *p)
 {
 	unsigned i;
 	int rc;
 
+	if (p->tstart && tstart_wait(p->tstart) < 0) {
+		client_fail(p, "the client threads did not start together");
+		return;
+	}
 	rc = cpu_us(&p->cpu0);
 	if (rc < 0) {
 		client_fail(p, "getrusage: %s", evr_strerror(rc));
@@ -256,47 +295,47 @@ static int run_one(struct perf *p, size_t size)
 	return 0;
 }
 
-int run_client(struct opts *o)
+/* One client: its ctx on p->loop, every size in turn.  Rows are printed as
+ * each size finishes unless p->keep (a thread of -T: run_client merges). */
+static int client_run(struct perf *p)
 {
-	struct perf p = {0};
+	const struct opts *o = &p->o;
 	struct evr_ctx_opts co;
 	size_t max = 1;
 	int i, rc, ret = 1;
 	unsigned j;
 
-	p.o = *o;
-	p.loop = EV_DEFAULT;
-	pthread_mutex_init(&p.mt_mu, NULL);
-	pthread_cond_init(&p.mt_cv, NULL);
+	pthread_mutex_init(&p->mt_mu, NULL);
+	pthread_cond_init(&p->mt_cv, NULL);
 	switch (o->test) {
 	case T_LAT:
-		p.kind = K_ECHO;
-		p.window = o->load == L_SAT ? o->window : 1;
+		p->kind = K_ECHO;
+		p->window = o->load == L_SAT ? o->window : 1;
 		break;
 	case T_BW:
 	case T_RATE:
-		p.kind = K_SINK;
-		p.window = o->window;
+		p->kind = K_SINK;
+		p->window = o->window;
 		break;
 	case T_CONN:
-		p.kind = K_CONN;
-		p.window = 1;
+		p->kind = K_CONN;
+		p->window = 1;
 		break;
 	}
 	for (i = 0; i < o->nsizes; i++)
 		if (o->sizes[i] > max)
 			max = o->sizes[i];
-	p.buf_len = max;
-	p.buf = malloc(max);
-	p.pc = calloc(o->conns, sizeof(*p.pc));
-	if (!p.buf || !p.pc) {
+	p->buf_len = max;
+	p->buf = malloc(max);
+	p->pc = calloc(o->conns, sizeof(*p->pc));
+	if (!p->buf || !p->pc) {
 		fprintf(stderr, "evrdma-perf: out of memory\n");
 		goto out_free;
 	}
-	memset(p.buf, 0xa5, max);
+	memset(p->buf, 0xa5, max);
 	for (j = 0; j < o->conns; j++) {
-		p.pc[j].t_sent = calloc(p.window, sizeof(ev_tstamp));
-		if (!p.pc[j].t_sent) {
+		p->pc[j].t_sent = calloc(p->window, sizeof(ev_tstamp));
+		if (!p->pc[j].t_sent) {
 			fprintf(stderr, "evrdma-perf: out of memory\n");
 			goto out_free;
 		}
@@ -304,7 +343,7 @@ int run_client(struct opts *o)
 	evr_ctx_opts_init(&co);
 	co.mode = (enum evr_mode)o->mode;
 	perf_tune_apply(&co);
-	rc = evr_ctx_create(&p.ctx, p.loop, &co);
+	rc = evr_ctx_create(&p->ctx, p->loop, &co);
 	if (rc < 0) {
 		fprintf(stderr, "evrdma-perf: evr_ctx_create: %s\n",
 			evr_strerror(rc));
@@ -315,44 +354,202 @@ int run_client(struct opts *o)
 
 		/* iterations: the user's, or enough for a steady figure */
 		if (o->secs > 0)
-			p.n = 0;
+			p->n = 0;
 		else if (o->iters)
-			p.n = o->iters;
+			p->n = o->iters;
 		else if (o->test == T_LAT)
-			p.n = 10000;
+			p->n = 10000;
 		else if (o->test == T_RATE)
-			p.n = 50000;
+			p->n = 50000;
 		else /* bw: 256 MiB worth */
-			p.n = clamp_u64((256u << 20) / s, 100, 50000);
+			p->n = clamp_u64((256u << 20) / s, 100, 50000);
 		/* echo tests warm up with a tenth of the run, or 100 */
-		p.warm = 0;
+		p->warm = 0;
 		if (o->test == T_LAT && o->load != L_IDLE)
-			p.warm = p.n ? clamp_u64(p.n / 10, 10, 1000) : 100;
-		if (run_one(&p, s) < 0)
+			p->warm = p->n ? clamp_u64(p->n / 10, 10, 1000) : 100;
+		if (run_one(p, s) < 0)
 			goto out_destroy;
-		emit_row(&p, p.nres - 1);
+		if (p->keep) {
+			/* result_fill sorted them: a copy for the merge */
+			p->keep[i] = malloc((p->nlat ? p->nlat : 1) *
+					    sizeof(double));
+			if (!p->keep[i]) {
+				fprintf(stderr, "evrdma-perf: out of memory\n");
+				goto out_destroy;
+			}
+			if (p->nlat)
+				memcpy(p->keep[i], p->lat,
+				       p->nlat * sizeof(double));
+			p->nkeep[i] = p->nlat;
+		} else {
+			emit_row(p, p->nres - 1);
+		}
 	}
-	if (o->fmt == F_JSON)
-		emit_json(&p);
+	if (o->fmt == F_JSON && !p->keep)
+		emit_json(p);
 	ret = 0;
 out_destroy:
-	if (p.mr) {
-		rc = evr_mr_dereg(p.mr);
-		if (rc < 0 && !p.failed) {
+	if (p->mr) {
+		rc = evr_mr_dereg(p->mr);
+		if (rc < 0 && !p->failed) {
 			fprintf(stderr, "evrdma-perf: evr_mr_dereg: %s\n",
 				evr_strerror(rc));
 			ret = 1;
 		}
 	}
-	p.failed = 1; /* the aborts of evr_ctx_destroy are expected */
-	evr_ctx_destroy(p.ctx);
+	p->failed = 1; /* the aborts of evr_ctx_destroy are expected */
+	evr_ctx_destroy(p->ctx);
 out_free:
-	if (p.pc)
+	if (p->pc)
 		for (j = 0; j < o->conns; j++)
-			free(p.pc[j].t_sent);
-	free(p.pc);
-	free(p.buf);
-	free(p.lat);
-	free(p.res);
+			free(p->pc[j].t_sent);
+	free(p->pc);
+	free(p->buf);
+	free(p->lat);
+	return ret;
+}
+
+static void *client_thread(void *arg)
+{
+	struct perf *p = arg;
+
+	p->loop = ev_loop_new(EVFLAG_AUTO);
+	if (!p->loop) {
+		fprintf(stderr, "evrdma-perf: ev_loop_new failed\n");
+		p->thread_rc = 1;
+		return NULL;
+	}
+	p->thread_rc = client_run(p);
+	ev_loop_destroy(p->loop);
+	return NULL;
+}
+
+/* The figures of size k over the threads: counts and rates add up, the
+ * latencies are the percentiles of every thread's samples together; CPU
+ * is the process's (as any thread measured it over its interval), per
+ * message of them all. */
+static int merge_row(struct perf *ps, unsigned nt, size_t k, struct result *r)
+{
+	size_t n = 0, at = 0;
+	double *all;
+	unsigned t;
+
+	*r = ps[0].res[k];
+	r->conns = 0;
+	r->msgs = 0;
+	r->msg_s = r->mb_s = 0;
+	r->switches = r->wakeups = r->skipped = 0;
+	for (t = 0; t < nt; t++) {
+		const struct result *x = &ps[t].res[k];
+
+		r->conns += x->conns;
+		r->msgs += x->msgs;
+		r->msg_s += x->msg_s;
+		r->mb_s += x->mb_s;
+		if (x->secs > r->secs)
+			r->secs = x->secs;
+		r->switches += x->switches;
+		r->wakeups += x->wakeups;
+		r->skipped += x->skipped;
+		n += ps[t].nkeep[k];
+	}
+	r->cpu_us_msg = r->msg_s > 0 ? r->cpu_pct * 1e4 / r->msg_s : NAN;
+	r->srv_cpu_us_msg = r->msg_s > 0 ? r->srv_cpu_pct * 1e4 / r->msg_s
+					 : NAN;
+	if (!n)
+		return 0;
+	all = malloc(n * sizeof(double));
+	if (!all)
+		return -1;
+	for (t = 0; t < nt; t++) {
+		memcpy(all + at, ps[t].keep[k], ps[t].nkeep[k] * sizeof(double));
+		at += ps[t].nkeep[k];
+	}
+	lat_figures(all, n, r);
+	free(all);
+	return 0;
+}
+
+int run_client(struct opts *o)
+{
+	struct perf one = {0}, out = {0}, *ps;
+	struct tstart ts;
+	unsigned nt = o->threads > 1 ? o->threads : 1, t, started = 0;
+	int i, ret = 0;
+
+	if (nt == 1) {
+		one.o = *o;
+		one.loop = EV_DEFAULT;
+		ret = client_run(&one);
+		free(one.res);
+		return ret;
+	}
+	ps = calloc(nt, sizeof(*ps));
+	out.res = calloc((size_t)o->nsizes, sizeof(*out.res));
+	if (!ps || !out.res) {
+		fprintf(stderr, "evrdma-perf: out of memory\n");
+		free(ps);
+		free(out.res);
+		return 1;
+	}
+	pthread_mutex_init(&ts.mu, NULL);
+	pthread_cond_init(&ts.cv, NULL);
+	ts.n = nt;
+	ts.waiting = ts.gen = 0;
+	for (t = 0; t < nt; t++) {
+		ps[t].o = *o;
+		/* the connections dealt out: an equal share each, the rest
+		 * one more to the first threads */
+		ps[t].o.conns = o->conns / nt + (t < o->conns % nt);
+		if (o->test == T_CONN)
+			ps[t].o.iters = o->iters / nt + (t < o->iters % nt);
+		ps[t].tstart = &ts;
+		ps[t].keep = calloc((size_t)o->nsizes, sizeof(double *));
+		ps[t].nkeep = calloc((size_t)o->nsizes, sizeof(size_t));
+		if (!ps[t].keep || !ps[t].nkeep ||
+		    pthread_create(&ps[t].thread, NULL, client_thread, &ps[t]))
+			break;
+		started++;
+	}
+	if (started < nt) {
+		fprintf(stderr, "evrdma-perf: could not start %u threads\n", nt);
+		/* the others must not wait for them */
+		pthread_mutex_lock(&ts.mu);
+		ts.n = started;
+		if (started && ts.waiting >= started) {
+			ts.waiting = 0;
+			ts.gen++;
+			pthread_cond_broadcast(&ts.cv);
+		}
+		pthread_mutex_unlock(&ts.mu);
+		ret = 1;
+	}
+	for (t = 0; t < started; t++) {
+		pthread_join(ps[t].thread, NULL);
+		if (ps[t].thread_rc || ps[t].nres != (size_t)o->nsizes)
+			ret = 1;
+	}
+	out.o = *o;
+	for (i = 0; ret == 0 && i < o->nsizes; i++) {
+		if (merge_row(ps, nt, (size_t)i, &out.res[i]) < 0) {
+			fprintf(stderr, "evrdma-perf: out of memory\n");
+			ret = 1;
+			break;
+		}
+		out.nres++;
+		emit_row(&out, (size_t)i);
+	}
+	if (ret == 0 && o->fmt == F_JSON)
+		emit_json(&out);
+	for (t = 0; t < nt; t++) {
+		if (ps[t].keep)
+			for (i = 0; i < o->nsizes; i++)
+				free(ps[t].keep[i]);
+		free(ps[t].keep);
+		free(ps[t].nkeep);
+		free(ps[t].res);
+	}
+	free(ps);
+	free(out.res);
 	return ret;
 }

@@ -33,6 +33,15 @@ static double pct(const double *v, size_t n, double q)
 	return v[i < n ? i : n - 1];
 }
 
+/* The percentiles of n samples (sorted here) into r. */
+void lat_figures(double *v, size_t n, struct result *r)
+{
+	qsort(v, n, sizeof(double), cmp_double);
+	r->lat_med = pct(v, n, 0.5);
+	r->lat_p99 = pct(v, n, 0.99);
+	r->lat_p999 = pct(v, n, 0.999);
+}
+
 void result_fill(struct perf *p, struct result *r)
 {
 	double secs = (double)(p->t1 - p->t0) / 1e9;
@@ -54,12 +63,8 @@ void result_fill(struct perf *p, struct result *r)
 			r->msgs += p->pc[i].sent;
 	bytes = r->msgs * r->size;
 	r->lat_med = r->lat_p99 = r->lat_p999 = NAN;
-	if (p->nlat) {
-		qsort(p->lat, p->nlat, sizeof(double), cmp_double);
-		r->lat_med = pct(p->lat, p->nlat, 0.5);
-		r->lat_p99 = pct(p->lat, p->nlat, 0.99);
-		r->lat_p999 = pct(p->lat, p->nlat, 0.999);
-	}
+	if (p->nlat)
+		lat_figures(p->lat, p->nlat, r);
 	r->msg_s = secs > 0 ? (double)r->msgs / secs : NAN;
 	r->mb_s = secs > 0 ? (double)bytes / secs / 1e6 : NAN;
 	r->cpu_us_msg = r->msgs ? (double)(p->cpu1 - p->cpu0) / (double)r->msgs

@@ -81,6 +81,7 @@ struct opts {
 	int mode;
 	enum fmt fmt;
 	bool mt;	/* bw, rate: send from another thread (evr_send_mt) */
+	unsigned threads; /* client threads, each a ctx (0, 1: one) */
 };
 
 /* One row of output. */
@@ -178,6 +179,14 @@ struct perf {
 
 	struct result *res;
 	size_t nres;
+
+	/* -T: the threads start each measurement together; each keeps its
+	 * latency samples of every size for the merged percentiles */
+	struct tstart *tstart;
+	double **keep;
+	size_t *nkeep;
+	pthread_t thread;
+	int thread_rc;
 };
 /* ------------------------------------------------------------------------ */
 /* Functions shared between files                                           */
@@ -204,6 +213,7 @@ void perf_tune_apply(struct evr_ctx_opts *o);
 int run_server(const char *addr, int port, int verbose, int threads);
 
 /* perf-client.c */
+struct tstart;
 int run_client(struct opts *o);
 void client_fail(struct perf *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -230,6 +240,7 @@ void cc_begin(struct perf *p);
 
 /* perf-output.c */
 void result_fill(struct perf *p, struct result *r);
+void lat_figures(double *v, size_t n, struct result *r);
 void emit_row(const struct perf *p, size_t i);
 void emit_json(const struct perf *p);
 
