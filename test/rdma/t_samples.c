@@ -3,7 +3,8 @@
  * against echo_server and against epoll_echo_server, over sizes on both
  * the eager and the rendezvous path and several connections, every echo
  * verified by the client (it exits non-zero on any mismatch); and against
- * mt_echo_server, whose worker threads must each serve some connections.  While an
+ * mt_echo_server, whose worker threads must each serve some connections;
+ * and evrdma-perf's threaded modes (server -T, client -T, --mt).  While an
  * RDMA client floods epoll_echo_server, a TCP client talks to the same
  * single-threaded server and must keep getting its echoes.
  *
@@ -191,6 +192,61 @@ static void test_mt_echo_server(void **state)
 	assert_int_equal(busy, 3);
 }
 
+/* evrdma-perf's CSV row of one measurement: its msgs column (7th), or -1
+ * when the command failed or printed no row. */
+static long perf_msgs(const char *args)
+{
+	char cmd[512], line[512], last[512] = "";
+	FILE *f;
+	long msgs = -1;
+	int st;
+
+	snprintf(cmd, sizeof(cmd),
+		 "timeout 120 tools/evrdma-perf -c %s -p %s --csv %s", rt_addr(),
+		 port_str, args);
+	fflush(NULL);
+	f = popen(cmd, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		snprintf(last, sizeof(last), "%s", line);
+	st = pclose(f);
+	printf("# %s: %s", args, last);
+	if (st == 0) {
+		/* fields may be empty: step over six commas */
+		const char *p = last;
+		int i;
+
+		for (i = 0; i < 6 && p; i++) {
+			p = strchr(p, ',');
+			if (p)
+				p++;
+		}
+		if (p)
+			msgs = strtol(p, NULL, 10);
+	}
+	return msgs;
+}
+
+/* evrdma-perf's threads: a server placing connections on 2 workers (-T),
+ * a client of 2 threads (-T), sends from another thread (--mt); each run
+ * must end well and count every message. */
+static void test_perf_threads(void **state)
+{
+	char *srv[] = {"tools/evrdma-perf", "-s", "-a", (char *)rt_addr(),
+		       "-p", port_str, "-T", "2", NULL};
+	pid_t s;
+
+	(void)state;
+	pick_ports();
+	s = spawn_server(srv);
+	assert_int_equal(perf_msgs("-t rate -S 64 -n 3000 -C 2 -T 2"), 6000);
+	assert_int_equal(perf_msgs("-t rate -S 64 -n 3000 -C 2 --mt"), 6000);
+	assert_int_equal(perf_msgs("-t bw -S 64k -n 200 -w 4 --mt"), 200);
+	assert_int_equal(perf_msgs("-t lat -S 64 -n 500 -C 3 -T 2"), 1500);
+	kill(s, SIGINT);
+	assert_int_equal(wait_exit(s, 30), 0);
+}
+
 /* A blocking TCP echo round trip of len bytes; 0 when the echo matches. */
 static int tcp_roundtrip(int fd, uint32_t seq, size_t len)
 {
@@ -310,6 +366,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_echo_server, teardown),
 		cmocka_unit_test_teardown(test_mt_echo_server, teardown),
+		cmocka_unit_test_teardown(test_perf_threads, teardown),
 		cmocka_unit_test_teardown(test_epoll_server_lt, teardown),
 		cmocka_unit_test_teardown(test_epoll_server_et, teardown),
 		cmocka_unit_test_teardown(test_client_usage, teardown),
