@@ -16,7 +16,8 @@
  *    and one thread, its owner: the thread that created it (or took it
  *    over with evr_ctx_adopt()).  Use one ctx per thread.  Thread-safe, and
  *    nothing else: evr_ctx_call(), evr_send_mt(), evr_conn_ref(),
- *    evr_conn_unref() (see "Threads" below), evr_strerror(),
+ *    evr_conn_unref(), evr_ctx_load(), evr_ctx_least_loaded() (see
+ *    "Threads" below), evr_strerror(),
  *    evr_err_name(), evr_mode_str() and evr_*_opts_init().  In builds with
  *    assertions (the default; --disable-assert drops them) any other
  *    function that acts on a ctx, called from a thread other than its
@@ -302,6 +303,23 @@ EVR_EXPORT int evr_ctx_call(evr_ctx *ctx, evr_call_fn fn, void *arg);
  * application (pthread_create, a mutex), before the new owner calls this.
  */
 EVR_EXPORT void evr_ctx_adopt(evr_ctx *ctx);
+
+/**
+ * Thread-safe.  How many connections the ctx has: those not yet ended
+ * (made by evr_connect or accepted, up or still connecting, until their
+ * last callback), and the requests evr_accept_on() queued for it and it
+ * has not taken yet.  A snapshot: other threads change it meanwhile.
+ */
+EVR_EXPORT unsigned evr_ctx_load(const evr_ctx *ctx);
+
+/**
+ * Thread-safe.  Of ctxs[0..n-1], the one with the lowest evr_ctx_load()
+ * (the first of equals), or NULL if n is 0 or ctxs NULL: the placement
+ * helper for evr_accept_on(), e.g.
+ *     evr_accept_on(req, evr_ctx_least_loaded(workers, n), &opts);
+ * Round robin needs no helper: a counter modulo n.
+ */
+EVR_EXPORT evr_ctx *evr_ctx_least_loaded(evr_ctx *const *ctxs, size_t n);
 
 /** The libev loop the ctx runs on (the private one if created with NULL). */
 EVR_EXPORT struct ev_loop *evr_ctx_loop(evr_ctx *ctx);

@@ -625,6 +625,7 @@ static void placed_run(evr_ctx *ctx, struct evr__call *call)
 	}
 	if (err && pl->o.on_connect)
 		pl->o.on_connect(NULL, err, pl->o.arg);
+	evr__load_add(ctx, -1); /* the conn counts itself, if made */
 	free(pl);
 }
 
@@ -654,6 +655,7 @@ int evr_accept_on(evr_conn_req *req, evr_ctx *target,
 	pl->id = req->id;
 	pl->hs = req->hs;
 	req->answered = true; /* the target's now */
+	evr__load_add(target, 1); /* until placed_run: see evr_ctx_load */
 	evr__calls_push(&target->calls, &pl->call);
 	return 0;
 

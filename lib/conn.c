@@ -138,6 +138,7 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 	c->ka_timeout = ctx->o.keepalive_timeout_ms / 1000.0;
 	evr__list_add_tail(&ctx->conns, &c->link);
 	ctx->st.conns++;
+	evr__load_add(ctx, 1);
 	return c;
 }
 
@@ -740,6 +741,7 @@ static void conn_release(evr_conn *c)
 	evr__runq_forget(c);
 	evr__list_del(&c->link);
 	ctx->st.conns--;
+	evr__load_add(ctx, -1);
 	if (limbo) {
 		evr__list_add_tail(&ctx->limbo, &c->link);
 		return;

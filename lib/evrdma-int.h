@@ -764,7 +764,16 @@ struct evr_ctx {
 	pthread_t owner;	  /* the thread that may use it (thread.c) */
 	struct evr__calls calls;  /* from other threads (thread.c) */
 	ev_io calls_w;		  /* calls.fd readable */
+	/* atomic: conns not yet ended, and placements queued for it
+	 * (evr_ctx_load); read by any thread */
+	uint32_t load;
 };
+
+/* The ctx's load (evr_ctx_load) goes up or down by one. */
+static inline void evr__load_add(evr_ctx *ctx, int d)
+{
+	__atomic_add_fetch(&ctx->load, (uint32_t)d, __ATOMIC_RELAXED);
+}
 
 /* util.c */
 /* Copy sa as getpeername() does (at most *len bytes, *len set to its

@@ -105,8 +105,9 @@ void evr__wrong_thread(const char *fn)
 {
 	fprintf(stderr,
 		"evrdma: %s() called from a thread that does not own the ctx: "
-		"only evr_ctx_call(), evr_send_mt(), evr_conn_ref() and "
-		"evr_conn_unref() may be called from other threads "
+		"only evr_ctx_call(), evr_send_mt(), evr_conn_ref(), "
+		"evr_conn_unref(), evr_ctx_load() and evr_ctx_least_loaded() "
+		"may be called from other threads "
 		"(evr_ctx_adopt() hands a ctx to another thread)\n",
 		fn);
 	abort();
@@ -150,6 +151,29 @@ void evr_ctx_adopt(evr_ctx *ctx)
 {
 	if (ctx)
 		ctx->owner = pthread_self();
+}
+
+unsigned evr_ctx_load(const evr_ctx *ctx)
+{
+	return ctx ? __atomic_load_n(&ctx->load, __ATOMIC_RELAXED) : 0;
+}
+
+evr_ctx *evr_ctx_least_loaded(evr_ctx *const *ctxs, size_t n)
+{
+	evr_ctx *best = NULL;
+	unsigned least = 0, l;
+	size_t i;
+
+	for (i = 0; ctxs && i < n; i++) {
+		if (!ctxs[i])
+			continue;
+		l = evr_ctx_load(ctxs[i]);
+		if (!best || l < least) {
+			best = ctxs[i];
+			least = l;
+		}
+	}
+	return best;
 }
 
 evr_conn *evr_conn_ref(evr_conn *conn)

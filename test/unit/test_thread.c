@@ -8,7 +8,9 @@
  * order, none is left behind; the owner check: a function acting on a ctx
  * called from another thread aborts naming itself, from the owner it does
  * not, and evr_ctx_adopt() moves the ownership; references: the handle
- * outlives the ctx's reference until the last evr_conn_unref().
+ * outlives the ctx's reference until the last evr_conn_unref(); load:
+ * evr_ctx_least_loaded() picks the fewest (the first of equals), placing
+ * by it spreads evenly, and the count stays exact under a writer thread.
  */
 #include "config.h"
 
@@ -293,11 +295,70 @@ static void test_refs(void **state)
 	evr_conn_unref(NULL);
 }
 
+/* ---- load and placement ---- */
+
+struct loader {
+	evr_ctx *ctx;
+	int n;
+};
+
+/* A ctx's owner making and ending conns, as another thread reads. */
+static void *load_up_down(void *arg)
+{
+	struct loader *l = arg;
+	int i;
+
+	for (i = 0; i < l->n; i++)
+		evr__load_add(l->ctx, 1);
+	for (i = 0; i < l->n; i++)
+		evr__load_add(l->ctx, -1);
+	return NULL;
+}
+
+static void test_load(void **state)
+{
+	evr_ctx *c[3] = {fake_ctx(), fake_ctx(), fake_ctx()};
+	struct loader l = {c[2], 100000};
+	pthread_t t;
+	int i;
+
+	(void)state;
+	assert_null(evr_ctx_least_loaded(NULL, 3));
+	assert_null(evr_ctx_least_loaded(c, 0));
+	assert_int_equal(evr_ctx_load(NULL), 0);
+	/* equals: the first */
+	assert_ptr_equal(evr_ctx_least_loaded(c, 3), c[0]);
+	evr__load_add(c[0], 1);
+	evr__load_add(c[1], 1);
+	assert_ptr_equal(evr_ctx_least_loaded(c, 3), c[2]);
+	assert_ptr_equal(evr_ctx_least_loaded(c, 2), c[0]);
+	evr__load_add(c[2], 2);
+	evr__load_add(c[0], -1);
+	assert_int_equal(evr_ctx_load(c[0]), 0);
+	assert_int_equal(evr_ctx_load(c[2]), 2);
+	assert_ptr_equal(evr_ctx_least_loaded(c, 3), c[0]);
+	/* placing by it, one at a time, spreads evenly */
+	for (i = 0; i < 6; i++)
+		evr__load_add(evr_ctx_least_loaded(c, 3), 1);
+	assert_int_equal(evr_ctx_load(c[0]), 3);
+	assert_int_equal(evr_ctx_load(c[1]), 3);
+	assert_int_equal(evr_ctx_load(c[2]), 3);
+	/* read while another thread changes it: every change lands */
+	assert_int_equal(pthread_create(&t, NULL, load_up_down, &l), 0);
+	for (i = 0; i < 1000; i++)
+		assert_true(evr_ctx_load(c[2]) <= 3u + 100000u);
+	pthread_join(t, NULL);
+	assert_int_equal(evr_ctx_load(c[2]), 3);
+	for (i = 0; i < 3; i++)
+		fake_ctx_free(c[i]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_order_once),
 		cmocka_unit_test(test_many_producers),
+		cmocka_unit_test(test_load),
 		cmocka_unit_test(test_wrong_thread),
 		cmocka_unit_test(test_refs),
 	};
