@@ -17,9 +17,16 @@
  * messages queued and the test past its bound.
  *
  * One listener, its connections placed on two worker threads' ctxs
- * (evr_accept_on, round robin), on both paths: every placed conn's
+ * (evr_accept_on, least loaded), on both paths: every placed conn's
  * callbacks run on its worker's thread, each worker serves its share, and
- * the echoes come back intact; the closes reach the workers.
+ * the echoes come back intact; the closes reach the workers.  Each ctx's
+ * evr_ctx_load() counts its conns, a placement from evr_accept_on on.
+ *
+ * A worker pool answering requests (both paths): the server's receive
+ * callback hands each request, with a reference to its conn, to one of 3
+ * pool threads, which answers it with evr_send_mt(); every reply arrives
+ * once with the bytes computed from its request (some requests and some
+ * replies by rendezvous), every send callback once on the ctx's thread.
  *
  * EVR_THREADS_MSGS sets the total number of messages (default 16000;
  * make check-long sends 1,000,000).
@@ -424,7 +431,8 @@ static void run_threads(enum rt_path path)
 
 struct placed_run {
 	struct cli w[CLIENTS]; /* workers: ctxs on their threads, no connects */
-	int next;	       /* round robin */
+	evr_ctx *wctx[CLIENTS];
+	evr_ctx *lctx; /* the listener's, where the test's clients are */
 	evr_conn *cli[PLACED];
 	int cli_up, cli_closed;
 	uint32_t got[PLACED], bad;
@@ -466,9 +474,14 @@ static void placed_accept(evr_listener *l, evr_conn_req *req, const void *ud,
 			  size_t ulen, void *arg)
 {
 	struct placed_run *r = arg;
-	struct cli *w = &r->w[r->next++ % CLIENTS];
+	evr_ctx *to = evr_ctx_least_loaded(r->wctx, CLIENTS);
+	struct cli *w = &r->w[0];
 	struct evr_conn_opts o;
+	int i;
 
+	for (i = 1; i < CLIENTS; i++)
+		if (r->w[i].ctx == to)
+			w = &r->w[i];
 	(void)l;
 	(void)ud;
 	(void)ulen;
@@ -477,7 +490,7 @@ static void placed_accept(evr_listener *l, evr_conn_req *req, const void *ud,
 	o.on_recv = placed_recv;
 	o.on_close = placed_closed;
 	o.arg = w;
-	assert_int_equal(evr_accept_on(req, w->ctx, &o), 0);
+	assert_int_equal(evr_accept_on(req, to, &o), 0);
 }
 
 static void pc_up(evr_conn *c, int status, void *arg)
@@ -565,6 +578,17 @@ static int workers_closed_pred(void *arg)
 	return 1;
 }
 
+static int workers_idle_pred(void *arg)
+{
+	struct placed_run *r = arg;
+	int i;
+
+	for (i = 0; i < CLIENTS; i++)
+		if (evr_ctx_load(r->wctx[i]))
+			return 0;
+	return evr_ctx_load(r->lctx) == 0;
+}
+
 static void run_placed(enum rt_path path)
 {
 	static struct placed_run r;
@@ -582,6 +606,7 @@ static void run_placed(enum rt_path path)
 	rt_drv_init(&d, path);
 	rt_ctx_opts(&o);
 	ctx = rt_drv_ctx(&d, &o);
+	r.lctx = ctx;
 	assert_int_equal(evr_listen(ctx, rt_addr(), 0, 0, placed_accept, &r,
 				    &l),
 			 0);
@@ -593,6 +618,11 @@ static void run_placed(enum rt_path path)
 				 0);
 	}
 	assert_int_equal(mt_run_until(&d, workers_ready_pred, &r, 30), 0);
+	for (i = 0; i < CLIENTS; i++)
+		r.wctx[i] = r.w[i].ctx;
+	assert_null(evr_ctx_least_loaded(NULL, CLIENTS));
+	assert_null(evr_ctx_least_loaded(r.wctx, 0));
+	assert_ptr_equal(evr_ctx_least_loaded(r.wctx, CLIENTS), r.wctx[0]);
 	evr_conn_opts_init(&co);
 	co.on_connect = pc_up;
 	co.on_recv = pc_recv;
@@ -611,12 +641,18 @@ static void run_placed(enum rt_path path)
 	}
 	assert_int_equal(mt_run_until(&d, placed_echo_pred, &r, 60), 0);
 	assert_int_equal(r.bad, 0);
+	/* least loaded: placements count from evr_accept_on on, so the
+	 * workers take turns; each ctx counts only its own conns */
+	for (i = 0; i < CLIENTS; i++)
+		assert_int_equal(evr_ctx_load(r.wctx[i]), PLACED / CLIENTS);
+	assert_int_equal(evr_ctx_load(ctx), PLACED);
 	for (i = 0; i < PLACED; i++)
 		assert_int_equal(evr_conn_close(r.cli[i], 0), 0);
 	assert_int_equal(mt_run_until(&d, placed_closed_pred, &r, 30), 0);
 
 	/* each worker served its share, every callback on its thread */
 	assert_int_equal(mt_run_until(&d, workers_closed_pred, &r, 30), 0);
+	assert_int_equal(mt_run_until(&d, workers_idle_pred, &r, 30), 0);
 	for (i = 0; i < CLIENTS; i++) {
 		assert_int_equal(ldi(&r.w[i].placed_up), PLACED / CLIENTS);
 		assert_int_equal(ld(&r.w[i].placed_echoed),
@@ -631,6 +667,268 @@ static void run_placed(enum rt_path path)
 	rt_drv_detach(&d);
 	evr_ctx_destroy(ctx);
 	rt_drv_fini(&d);
+}
+
+/* ---- a worker pool answering requests from other threads ---- */
+
+#define POOL_WORKERS 3
+#define POOL_REQS 4000
+#define POOL_WINDOW 32
+
+struct job {
+	struct job *next;
+	evr_conn *conn; /* a reference (evr_conn_ref) */
+	size_t len;
+	uint8_t data[];
+};
+
+struct pool {
+	pthread_t test_tid;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct job *head, **tail;
+	int stop;
+	pthread_t w[POOL_WORKERS];
+	uint32_t answered[POOL_WORKERS]; /* atomics */
+	uint32_t worker_fail;		  /* atomic */
+	/* the test's thread only */
+	uint32_t reqs, srv_bad, sent_cb, sent_bad;
+	uint32_t req_sent, req_cb, got, cli_bad;
+	uint8_t seen[POOL_REQS];
+	evr_conn *cli;
+};
+
+struct pool_arg {
+	struct pool *p;
+	int idx;
+};
+
+static size_t req_size(uint32_t seq)
+{
+	return seq % 61 == 3 ? BIG : 8 + (seq * 13u) % 300u;
+}
+
+static size_t reply_size(uint32_t seq)
+{
+	return seq % 53 == 5 ? BIG : req_size(seq);
+}
+
+/* The answer to request seq: its bytes, each plus one, as long as the
+ * reply (a reply longer than its request repeats it). */
+static void make_reply(uint8_t *out, const uint8_t *req, uint32_t seq)
+{
+	size_t i, body = req_size(seq) - 4, n = reply_size(seq);
+
+	memcpy(out, &seq, 4);
+	for (i = 4; i < n; i++)
+		out[i] = (uint8_t)(req[4 + (i - 4) % body] + 1u);
+}
+
+static void fill_req(uint8_t *buf, uint32_t seq)
+{
+	memcpy(buf, &seq, 4);
+	rt_fill(buf + 4, req_size(seq) - 4, seq);
+}
+
+/* A reply's send callback: on the conn's thread, the test's. */
+static void pool_reply_sent(evr_conn *c, int status, void *arg)
+{
+	struct pool *p = arg;
+
+	(void)c;
+	if (status || !pthread_equal(pthread_self(), p->test_tid))
+		p->sent_bad++;
+	p->sent_cb++;
+}
+
+static void *pool_worker(void *arg)
+{
+	struct pool_arg *a = arg;
+	struct pool *p = a->p;
+	static __thread uint8_t reply[BIG];
+	struct job *j;
+	uint32_t seq;
+
+	for (;;) {
+		pthread_mutex_lock(&p->mu);
+		while (!p->head && !p->stop)
+			pthread_cond_wait(&p->cv, &p->mu);
+		j = p->head;
+		if (j) {
+			p->head = j->next;
+			if (!p->head)
+				p->tail = &p->head;
+		}
+		pthread_mutex_unlock(&p->mu);
+		if (!j)
+			return NULL;
+		memcpy(&seq, j->data, 4);
+		make_reply(reply, j->data, seq);
+		if (evr_send_mt(j->conn, reply, reply_size(seq), pool_reply_sent,
+				p) < 0)
+			__atomic_add_fetch(&p->worker_fail, 1, __ATOMIC_ACQ_REL);
+		evr_conn_unref(j->conn);
+		free(j);
+		inc(&p->answered[a->idx]);
+	}
+}
+
+/* The server's receive, on the test's thread: hand the request over. */
+static void pool_srv_recv(evr_conn *c, const void *data, size_t len,
+			  void *arg)
+{
+	struct pool *p = ((struct rt_side *)arg)->user;
+	struct job *j;
+	uint32_t seq;
+
+	if (len < 4) {
+		p->srv_bad++;
+		return;
+	}
+	memcpy(&seq, data, 4);
+	if (seq >= POOL_REQS || len != req_size(seq)) {
+		p->srv_bad++;
+		return;
+	}
+	j = malloc(sizeof(*j) + len);
+	assert_non_null(j);
+	j->next = NULL;
+	j->conn = evr_conn_ref(c);
+	j->len = len;
+	memcpy(j->data, data, len);
+	p->reqs++;
+	pthread_mutex_lock(&p->mu);
+	*p->tail = j;
+	p->tail = &j->next;
+	pthread_cond_signal(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void pool_req_sent(evr_conn *c, int status, void *arg)
+{
+	struct pool *p = ((struct rt_side *)evr_conn_arg(c))->user;
+
+	if (status || !pthread_equal(pthread_self(), p->test_tid))
+		p->cli_bad++;
+	p->req_cb++;
+	free(arg);
+}
+
+static int pool_send_req(struct pool *p)
+{
+	uint32_t seq = p->req_sent;
+	uint8_t *buf = malloc(req_size(seq));
+
+	assert_non_null(buf);
+	fill_req(buf, seq);
+	p->req_sent++;
+	return evr_send(p->cli, buf, req_size(seq), pool_req_sent, buf);
+}
+
+/* The client's receive: a reply, once per request, with the right bytes;
+ * then the next request. */
+static void pool_cli_recv(evr_conn *c, const void *data, size_t len,
+			  void *arg)
+{
+	struct pool *p = ((struct rt_side *)arg)->user;
+	static uint8_t req[BIG], want[BIG];
+	uint32_t seq;
+
+	(void)c;
+	p->got++;
+	if (len < 4) {
+		p->cli_bad++;
+		return;
+	}
+	memcpy(&seq, data, 4);
+	if (seq >= POOL_REQS || p->seen[seq]++ || len != reply_size(seq)) {
+		p->cli_bad++;
+		return;
+	}
+	fill_req(req, seq);
+	make_reply(want, req, seq);
+	if (memcmp(want, data, len))
+		p->cli_bad++;
+	if (p->req_sent < POOL_REQS && pool_send_req(p) < 0)
+		p->cli_bad++;
+}
+
+static int pool_done_pred(void *arg)
+{
+	struct pool *p = arg;
+
+	return p->got == POOL_REQS && p->req_cb == POOL_REQS &&
+	       p->sent_cb == POOL_REQS;
+}
+
+static void run_pool(enum rt_path path)
+{
+	static struct pool p;
+	struct pool_arg a[POOL_WORKERS];
+	struct rt_drv d;
+	struct rt_pair pr;
+	uint32_t total = 0;
+	int i;
+
+	printf("# %s: %d requests answered by %d pool threads\n",
+	       rt_path_name(path), POOL_REQS, POOL_WORKERS);
+	memset(&p, 0, sizeof(p));
+	p.test_tid = pthread_self();
+	pthread_mutex_init(&p.mu, NULL);
+	pthread_cond_init(&p.cv, NULL);
+	p.tail = &p.head;
+	for (i = 0; i < POOL_WORKERS; i++) {
+		a[i].p = &p;
+		a[i].idx = i;
+		assert_int_equal(pthread_create(&p.w[i], NULL, pool_worker,
+						&a[i]),
+				 0);
+	}
+	rt_drv_init(&d, path);
+	rt_pair_init(&pr, rt_drv_loop(&d), NULL);
+	rt_drv_attach(&d, pr.ctx);
+	pr.srv.user = pr.cli.user = &p;
+	pr.srv_opts.on_recv = pool_srv_recv;
+	pr.cli_opts.on_recv = pool_cli_recv;
+	rt_drv_pair_connect(&d, &pr);
+	p.cli = pr.cli.conn;
+	for (i = 0; i < POOL_WINDOW; i++)
+		assert_int_equal(pool_send_req(&p), 0);
+	assert_int_equal(mt_run_until(&d, pool_done_pred, &p, 120), 0);
+	assert_int_equal(p.cli_bad, 0);
+	assert_int_equal(p.srv_bad, 0);
+	assert_int_equal(p.sent_bad, 0);
+	assert_int_equal(p.reqs, POOL_REQS);
+	for (i = 0; i < POOL_REQS; i++)
+		assert_int_equal(p.seen[i], 1);
+
+	pthread_mutex_lock(&p.mu);
+	p.stop = 1;
+	pthread_cond_broadcast(&p.cv);
+	pthread_mutex_unlock(&p.mu);
+	for (i = 0; i < POOL_WORKERS; i++) {
+		pthread_join(p.w[i], NULL);
+		total += ld(&p.answered[i]);
+	}
+	assert_int_equal(total, POOL_REQS);
+	assert_int_equal(ld(&p.worker_fail), 0);
+	rt_drv_pair_close(&d, &pr);
+	rt_drv_pair_fini(&d, &pr);
+	rt_drv_fini(&d);
+	pthread_cond_destroy(&p.cv);
+	pthread_mutex_destroy(&p.mu);
+}
+
+static void test_pool_libev(void **state)
+{
+	(void)state;
+	run_pool(RT_LIBEV);
+}
+
+static void test_pool_embed(void **state)
+{
+	(void)state;
+	run_pool(RT_EMBED);
 }
 
 static void test_placed_libev(void **state)
@@ -664,6 +962,8 @@ int main(void)
 		cmocka_unit_test(test_threads_embed),
 		cmocka_unit_test(test_placed_libev),
 		cmocka_unit_test(test_placed_embed),
+		cmocka_unit_test(test_pool_libev),
+		cmocka_unit_test(test_pool_embed),
 	};
 
 	rt_init(1800);
