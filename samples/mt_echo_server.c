@@ -6,7 +6,8 @@
  *
  * The main thread listens on its own ctx; each worker thread runs a ctx on
  * a libev loop of its own.  Each connection is placed, as it is accepted,
- * on the worker with the fewest open connections (evr_accept_on), where it
+ * on the worker with the fewest connections (evr_ctx_least_loaded(),
+ * evr_accept_on()), where it
  * is echoed as by echo_server; echo_client serves as the client unchanged.
  * Runs until SIGINT/SIGTERM, or until CONNS connections have closed (-n).
  */
@@ -29,6 +30,7 @@ struct app {
 	evr_ctx *ctx;	      /* the listener's */
 	evr_listener *listener;
 	struct worker *w;
+	evr_ctx *ctxs[MAX_THREADS]; /* the workers' */
 	int nw, max_conns, mode, verbose;
 	const char *addr;
 	ev_signal sigint, sigterm;
@@ -44,7 +46,6 @@ struct worker {
 	struct ev_loop *loop;
 	evr_ctx *ctx;	       /* NULL until made; the worker's to use */
 	int err;	       /* its evr_ctx_create() failed */
-	int open;	       /* atomic: connections placed and not closed */
 	struct echo_server srv; /* its thread's only */
 };
 
@@ -77,7 +78,6 @@ static void on_closed(struct echo_server *srv)
 	struct app *app = w->app;
 	int closed;
 
-	__atomic_sub_fetch(&w->open, 1, __ATOMIC_RELAXED);
 	closed = __atomic_add_fetch(&app->closed, 1, __ATOMIC_ACQ_REL);
 	if (app->max_conns && closed == app->max_conns)
 		evr_ctx_call(app->ctx, stop_loop, app->loop);
@@ -116,6 +116,7 @@ static void on_accept(evr_listener *l, evr_conn_req *req, const void *ud,
 		      size_t ulen, void *arg)
 {
 	struct app *app = arg;
+	evr_ctx *to = evr_ctx_least_loaded(app->ctxs, (size_t)app->nw);
 	struct worker *w = &app->w[0];
 	struct evr_conn_opts o;
 	int i, rc;
@@ -124,19 +125,16 @@ static void on_accept(evr_listener *l, evr_conn_req *req, const void *ud,
 	(void)ud;
 	(void)ulen;
 	for (i = 1; i < app->nw; i++)
-		if (__atomic_load_n(&app->w[i].open, __ATOMIC_RELAXED) <
-		    __atomic_load_n(&w->open, __ATOMIC_RELAXED))
+		if (app->w[i].ctx == to)
 			w = &app->w[i];
 	if (echo_conn_opts(&w->srv, &o) < 0) {
 		evr_reject(req, "out of memory", 13);
 		return;
 	}
-	__atomic_add_fetch(&w->open, 1, __ATOMIC_RELAXED);
-	rc = evr_accept_on(req, w->ctx, &o);
+	rc = evr_accept_on(req, to, &o);
 	if (rc < 0) { /* not answered: the listener refuses it */
 		fprintf(stderr, "mt_echo_server: evr_accept_on: %s\n",
 			evr_strerror(rc));
-		__atomic_sub_fetch(&w->open, 1, __ATOMIC_RELAXED);
 		__atomic_add_fetch(&app->errors, 1, __ATOMIC_RELAXED);
 		echo_conn_opts_free(&o);
 	}
@@ -220,6 +218,8 @@ int main(int argc, char **argv)
 			pthread_cond_wait(&app.cv, &app.mu);
 	pthread_mutex_unlock(&app.mu);
 	rc = started == app.nw ? 0 : -EAGAIN;
+	for (i = 0; i < started; i++)
+		app.ctxs[i] = workers[i].ctx;
 	for (i = 0; i < started && rc == 0; i++)
 		if (workers[i].err < 0) {
 			rc = workers[i].err;

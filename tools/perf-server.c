@@ -34,12 +34,12 @@ struct server {
 	unsigned nopen; /* accepted and not yet closed */
 	int verbose;
 	uint64_t conns, errors;
-	/* -T: the workers (listener's); the thread and its load (worker's) */
+	/* -T: the workers and their ctxs (listener's); the thread (worker's) */
 	struct server *w;
+	evr_ctx *wctx[MAX_THREADS];
 	int nw;
 	bool worker;
 	pthread_t t;
-	int load;  /* atomic: placed and not closed */
 	int ready; /* 1 made, -errno failed; under start_mu */
 };
 
@@ -173,8 +173,6 @@ static void srv_on_connect(evr_conn *conn, int status, void *arg)
 			evr_strerror(status));
 		srv->errors++;
 		free(sc);
-		if (srv->worker)
-			__atomic_sub_fetch(&srv->load, 1, __ATOMIC_RELAXED);
 		srv_conn_gone(srv);
 		return;
 	}
@@ -199,21 +197,20 @@ static void srv_on_close(evr_conn *conn, int status, void *arg)
 			evr_err_name(status), (unsigned long long)sc->msgs,
 			(unsigned long long)sc->bytes);
 	free(sc);
-	if (srv->worker)
-		__atomic_sub_fetch(&srv->load, 1, __ATOMIC_RELAXED);
 	srv_conn_gone(srv);
 }
 
+/* The worker serving the fewest connections (evr_ctx_load counts them
+ * from evr_accept_on on). */
 static struct server *least_loaded(struct server *srv)
 {
-	struct server *w = &srv->w[0];
+	evr_ctx *to = evr_ctx_least_loaded(srv->wctx, (size_t)srv->nw);
 	int i;
 
 	for (i = 1; i < srv->nw; i++)
-		if (__atomic_load_n(&srv->w[i].load, __ATOMIC_RELAXED) <
-		    __atomic_load_n(&w->load, __ATOMIC_RELAXED))
-			w = &srv->w[i];
-	return w;
+		if (srv->w[i].ctx == to)
+			return &srv->w[i];
+	return &srv->w[0];
 }
 
 static void srv_on_accept(evr_listener *l, evr_conn_req *req,
@@ -252,12 +249,10 @@ static void srv_on_accept(evr_listener *l, evr_conn_req *req,
 		struct server *w = least_loaded(srv);
 
 		sc->srv = w;
-		__atomic_add_fetch(&w->load, 1, __ATOMIC_RELAXED);
 		rc = evr_accept_on(req, w->ctx, &co);
 		if (rc < 0) { /* not answered: the listener refuses it */
 			fprintf(stderr, "evrdma-perf: evr_accept_on: %s\n",
 				evr_strerror(rc));
-			__atomic_sub_fetch(&w->load, 1, __ATOMIC_RELAXED);
 			srv->errors++;
 			free(sc);
 		}
@@ -357,6 +352,7 @@ static int start_workers(struct server *srv, const char *addr, int nw)
 			pthread_cond_wait(&start_cv, &start_mu);
 		if (srv->w[i].ready < 0)
 			rc = srv->w[i].ready;
+		srv->wctx[i] = srv->w[i].ctx;
 	}
 	pthread_mutex_unlock(&start_mu);
 	return srv->nw < nw ? -EAGAIN : rc;
