@@ -223,6 +223,7 @@ static void on_route_resolved(evr_conn *c)
 	}
 	evr__conn_fill_hs(c, &hs);
 	hs.kind = EVR_HS_REQ;
+	hs.features = EVR__FEATURES;
 	hs.user_len = (uint8_t)c->ulen;
 	memcpy(hs.user, c->udata, c->ulen);
 	n = evr__hs_encode(buf, &hs);
@@ -270,14 +271,17 @@ static void on_rejected(evr_conn *c, const struct cm_ev *e)
 static void on_established(evr_conn *c, const struct cm_ev *e)
 {
 	struct evr__hs hs;
-	const char *why;
+	const char *why = NULL;
 
 	if (c->active) {
-		if (evr__hs_decode(e->pd, e->pdlen, &hs, &why) ||
-		    hs.kind != EVR_HS_REP) {
-			EVR_WARN(c->ctx, "bad accept from peer: %s",
-				 hs.kind != EVR_HS_REP && !why ? "not a reply"
-							       : why);
+		if (evr__hs_decode(e->pd, e->pdlen, &hs, &why) == 0) {
+			if (hs.kind != EVR_HS_REP)
+				why = "not a reply";
+			else if (!evr__hs_features_ok(EVR__FEATURES, &hs))
+				why = "a feature the request did not offer";
+		}
+		if (why) {
+			EVR_WARN(c->ctx, "bad accept from peer: %s", why);
 			evr__conn_fail(c, -EPROTO);
 			return;
 		}
@@ -543,6 +547,7 @@ static int accept_req(evr_conn_req *req, const struct evr_conn_opts *opts,
 	evr__conn_set_peer(c, &req->hs);
 	evr__conn_fill_hs(c, &hs);
 	hs.kind = EVR_HS_REP;
+	hs.features = evr__hs_reply_features(&req->hs, EVR__FEATURES);
 	n = evr__hs_encode(buf, &hs);
 	conn_param(ctx, &p, buf, n);
 	p.responder_resources = (uint8_t)EVR__MIN(

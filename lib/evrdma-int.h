@@ -769,6 +769,12 @@ struct evr_ctx {
 	uint32_t load;
 };
 
+/* The handshake extensions this build speaks (EVR_HS_F_*, proto.h): a
+ * connect request offers them, a reply agrees to those of them the request
+ * offered, and a reply agreeing to more is a protocol error.  None yet:
+ * calls (EVR_HS_F_CALLS) are parsed and refused until they are served. */
+#define EVR__FEATURES 0u
+
 /* The ctx's load (evr_ctx_load) goes up or down by one. */
 static inline void evr__load_add(evr_ctx *ctx, int d)
 {

@@ -725,7 +725,7 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	/* the sender goes eager up to min(its eager size, ours): the same
 	 * negotiated limit must judge what arrives */
 	struct evr__limits lim = {(uint32_t)eager_limit(c),
-				  ctx->o.max_msg_size};
+				  ctx->o.max_msg_size, false};
 	struct evr__parsed p;
 	const char *why = "?";
 	struct evr__rx *rx;

@@ -72,6 +72,11 @@ void evr__give_encode(uint8_t *out, uint32_t n)
 	put32(out, n);
 }
 
+void evr__call_id_encode(uint8_t *out, uint32_t id)
+{
+	put32(out, id);
+}
+
 #define FAIL(reason)                                                           \
 	do {                                                                   \
 		if (why)                                                       \
@@ -83,6 +88,7 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 		   struct evr__parsed *out, const char **why)
 {
 	const uint8_t *p = buf;
+	uint32_t call = 0; /* the id's bytes after the header */
 
 	memset(out, 0, sizeof(*out));
 	if (n < EVR_HDR_SIZE)
@@ -91,22 +97,41 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 	out->hdr.flags = p[1];
 	out->hdr.credits = get16(p + 2);
 	out->hdr.len = get32(p + 4);
-	if (out->hdr.flags & ~(EVR_F_WANT | EVR_F_GIVE))
+	if (out->hdr.flags & ~(EVR_F_WANT | EVR_F_GIVE | EVR_F_CALL |
+			       EVR_F_REPLY))
 		FAIL("unknown header flags");
 	if ((out->hdr.flags & EVR_F_GIVE) && out->hdr.type != EVR_T_CREDIT)
 		FAIL("give-back flag on a message other than a credit update");
 	if ((size_t)out->hdr.len != n - EVR_HDR_SIZE)
 		FAIL("header length does not match the bytes received");
 	p += EVR_HDR_SIZE;
+	if (out->hdr.flags & (EVR_F_CALL | EVR_F_REPLY)) {
+		if (!lim->calls)
+			FAIL("call flag without the calls extension");
+		if (out->hdr.type != EVR_T_EAGER &&
+		    out->hdr.type != EVR_T_RNDV_REQ)
+			FAIL("call flag on a message other than data");
+		if ((out->hdr.flags & (EVR_F_CALL | EVR_F_REPLY)) ==
+		    (EVR_F_CALL | EVR_F_REPLY))
+			FAIL("message both a call and a reply");
+		if (out->hdr.len < EVR_CALL_ID_SIZE)
+			FAIL("call message shorter than its id");
+		out->call_id = get32(p);
+		if (out->call_id == 0)
+			FAIL("call id 0");
+		p += EVR_CALL_ID_SIZE;
+		call = EVR_CALL_ID_SIZE;
+	}
 
 	switch (out->hdr.type) {
 	case EVR_T_EAGER:
 		if (out->hdr.len > lim->max_eager)
 			FAIL("eager payload larger than the receive buffer");
 		out->payload = p;
+		out->plen = out->hdr.len - call;
 		return 0;
 	case EVR_T_RNDV_REQ:
-		if (out->hdr.len != EVR_RNDV_REQ_SIZE)
+		if (out->hdr.len != call + EVR_RNDV_REQ_SIZE)
 			FAIL("rendezvous request of the wrong size");
 		out->rndv.addr = get64(p);
 		out->rndv.len = get64(p + 8);
@@ -114,7 +139,7 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 		out->rndv.id = get32(p + 20);
 		if (out->rndv.len > lim->max_msg)
 			FAIL("rendezvous length beyond the maximum message size");
-		if (out->rndv.len <= lim->max_eager)
+		if (out->rndv.len <= lim->max_eager - call)
 			FAIL("rendezvous length small enough to be eager");
 		if (out->rndv.addr + out->rndv.len < out->rndv.addr)
 			FAIL("rendezvous address range wraps");
@@ -150,6 +175,17 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 		if (out->hdr.len != 0)
 			FAIL("goodbye with a payload");
 		return 0;
+	case EVR_T_CANCEL:
+		if (!lim->calls)
+			FAIL("cancel without the calls extension");
+		if (out->hdr.flags)
+			FAIL("flag on a cancel");
+		if (out->hdr.len != EVR_CALL_ID_SIZE)
+			FAIL("cancel of the wrong size");
+		out->call_id = get32(p);
+		if (out->call_id == 0)
+			FAIL("call id 0");
+		return 0;
 	default:
 		FAIL("unknown message type");
 	}
@@ -164,7 +200,7 @@ size_t evr__hs_encode(uint8_t *out, const struct evr__hs *hs)
 	out[4] = EVR_PROTO_VERSION;
 	out[5] = hs->kind;
 	out[6] = (uint8_t)ulen;
-	out[7] = 0;
+	out[7] = hs->kind == EVR_HS_REJ ? 0 : hs->features;
 	put16(out + 8, hs->recv_depth);
 	put16(out + 10, hs->init_window);
 	put32(out + 12, hs->max_eager);
@@ -189,8 +225,9 @@ int evr__hs_decode(const void *buf, size_t n, struct evr__hs *out,
 	if (out->kind < EVR_HS_REQ || out->kind > EVR_HS_REJ)
 		FAIL("unknown handshake kind");
 	out->user_len = p[6];
-	if (p[7] != 0)
-		FAIL("reserved handshake byte is not zero");
+	out->features = p[7];
+	if (out->features & ~EVR_HS_F_ALL)
+		FAIL("unknown handshake feature bits");
 	if (out->user_len > EVR_HS_USER_MAX)
 		FAIL("handshake user data too long");
 	if (EVR_HS_FIXED + (size_t)out->user_len > n)
@@ -204,6 +241,8 @@ int evr__hs_decode(const void *buf, size_t n, struct evr__hs *out,
 		/* a reject carries only its reason: it lends nothing */
 		if (out->init_window != 0)
 			FAIL("reject with an initial window");
+		if (out->features)
+			FAIL("reject with features");
 		return 0;
 	}
 	if (out->recv_depth < EVR_HS_MIN_DEPTH)

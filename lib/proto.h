@@ -20,7 +20,8 @@ enum evr__msg_type {
 	EVR_T_RNDV_FIN = 3, /* header + evr__rndv_fin: done reading it */
 	EVR_T_CREDIT = 4,   /* credits returned; asks or gives back (flags) */
 	EVR_T_BYE = 5,	    /* header only: closing, all my messages are sent */
-	EVR_T_MAX = 5,
+	EVR_T_CANCEL = 6,   /* header + call id u32: I gave up this call */
+	EVR_T_MAX = 6,
 };
 
 /* type u8 | flags u8 | credits u16 | len u32 (payload bytes) */
@@ -28,6 +29,7 @@ enum evr__msg_type {
 #define EVR_RNDV_REQ_SIZE 24 /* addr u64 | len u64 | rkey u32 | id u32 */
 #define EVR_RNDV_FIN_SIZE 8  /* id u32 | status u32 */
 #define EVR_GIVE_SIZE 4	     /* count u32: credits given back */
+#define EVR_CALL_ID_SIZE 4   /* call id u32, after the header (calls) */
 
 /*
  * Header flags.  EVR_F_WANT: "my window held me back" -- more data
@@ -49,6 +51,23 @@ enum evr__msg_type {
 #define EVR_F_WANT 0x01u
 #define EVR_F_GIVE 0x02u
 
+/*
+ * Calls (request/response), only between peers whose handshakes both
+ * carried EVR_HS_F_CALLS.  EVR_F_CALL marks a request, EVR_F_REPLY the
+ * answer to one; either may be on a data message (EAGER, RNDV_REQ), not
+ * both, and then the header is followed by the call's id (u32, not 0) and
+ * the header's len counts it: an eager call's payload is len - 4 bytes,
+ * at most max_eager - 4; a rendezvous call's body follows the id, and its
+ * length is above max_eager - 4.  CANCEL carries a call id of the
+ * sender's that it gave up (expired or cancelled): the receiver drops the
+ * request if it has not answered it, and a read of the request's buffer
+ * still to be made is not made (its RNDV_FIN says -ECANCELED).  A reply
+ * or a cancel naming no call is the receiver's to count and drop, not a
+ * protocol error; an id of 0 is.
+ */
+#define EVR_F_CALL 0x04u
+#define EVR_F_REPLY 0x08u
+
 struct evr__hdr {
 	uint8_t type;
 	uint8_t flags;
@@ -67,12 +86,15 @@ struct evr__rndv_req {
 struct evr__limits {
 	uint32_t max_eager; /* largest eager payload (my receive buffers) */
 	uint64_t max_msg;   /* largest message, eager or rendezvous */
+	bool calls;	    /* both handshakes carried EVR_HS_F_CALLS */
 };
 
 /* A decoded, validated message. */
 struct evr__parsed {
 	struct evr__hdr hdr;
-	const uint8_t *payload; /* EAGER: the payload */
+	const uint8_t *payload; /* EAGER: the payload (after a call id) */
+	uint32_t plen;		/* EAGER: its bytes */
+	uint32_t call_id;	/* EVR_F_CALL, EVR_F_REPLY, CANCEL: not 0 */
 	struct evr__rndv_req rndv; /* RNDV_REQ */
 	uint32_t fin_id;	   /* RNDV_FIN */
 	int32_t fin_status;	   /* RNDV_FIN: 0 or -errno of the reader */
@@ -83,6 +105,8 @@ void evr__hdr_encode(uint8_t *out, const struct evr__hdr *h);
 void evr__rndv_req_encode(uint8_t *out, const struct evr__rndv_req *r);
 void evr__rndv_fin_encode(uint8_t *out, uint32_t id, int32_t status);
 void evr__give_encode(uint8_t *out, uint32_t n); /* EVR_F_GIVE's body */
+/* A call id after the header (EVR_F_CALL, EVR_F_REPLY), or CANCEL's body. */
+void evr__call_id_encode(uint8_t *out, uint32_t id);
 
 /*
  * Decode and validate a received message of n bytes.  Returns 0, or
@@ -99,8 +123,14 @@ enum evr__hs_kind { EVR_HS_REQ = 1, EVR_HS_REP = 2, EVR_HS_REJ = 3 };
 #define EVR_HS_MAX (EVR_HS_FIXED + EVR_HS_USER_MAX)
 
 /*
- * magic u32 | version u8 | kind u8 | user_len u8 | reserved u8 (zero) |
+ * magic u32 | version u8 | kind u8 | user_len u8 | features u8 |
  * recv_depth u16 | init_window u16 | max_eager u32 | max_msg u64 | user
+ *
+ * features: the extensions the sender speaks (EVR_HS_F_*).  A connect
+ * request offers its own; a reply carries those of the request's it
+ * speaks too (evr__hs_reply_features()), never another, since older
+ * parsers reject a non-zero byte there; a reject carries none.  An
+ * extension is in use when the reply carries it.
  *
  * init_window is the number of credits I lend you now, when I lend out of
  * a shared receive queue: at least evr__bank_min_window(recv_depth), at
@@ -116,6 +146,7 @@ struct evr__hs {
 	uint8_t user_len;
 	uint16_t recv_depth;  /* receive buffers I post (your credits) */
 	uint16_t init_window; /* credits lent now; 0: all of recv_depth */
+	uint8_t features;     /* EVR_HS_F_* */
 	uint32_t max_eager;   /* largest eager payload I accept */
 	uint64_t max_msg;     /* largest message I accept */
 	uint8_t user[EVR_HS_USER_MAX];
@@ -146,6 +177,24 @@ static inline uint16_t evr__hs_reply_window(const struct evr__hs *req,
 static inline bool evr__hs_windowed(const struct evr__hs *peer)
 {
 	return peer->init_window != 0;
+}
+
+#define EVR_HS_F_CALLS 0x01u /* calls: EVR_F_CALL, EVR_F_REPLY, CANCEL */
+#define EVR_HS_F_ALL EVR_HS_F_CALLS
+
+/* The features a reply to req carries when this side speaks `mine`. */
+static inline uint8_t evr__hs_reply_features(const struct evr__hs *req,
+					     uint8_t mine)
+{
+	return (uint8_t)(req->features & mine);
+}
+
+/* A reply may carry only what the request offered: false if rep does
+ * more (a protocol error of the replier). */
+static inline bool evr__hs_features_ok(uint8_t offered,
+				       const struct evr__hs *rep)
+{
+	return (rep->features & ~offered) == 0;
 }
 
 /* Sanity bounds a peer's handshake must respect. */

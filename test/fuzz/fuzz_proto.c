@@ -10,8 +10,10 @@
  * every message type, and no accepted input carries bytes the library
  * would not have sent.  An accepted header flag is EVR_F_WANT on a data
  * message or a credit update, or EVR_F_GIVE (with a count of 1..65535) on
- * a credit update, never both; an accepted initial window is 0 or within
- * its range.
+ * a credit update, never both; a call or reply flag (one of them, only
+ * when the limits say the calls extension is on) on a data message with
+ * a call id that is not 0, as is a cancel's; an accepted initial window is
+ * 0 or within its range, and handshake features are known ones.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,13 +27,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 /* Re-encode an accepted message; returns its length (the bytes it fills). */
 static size_t encode_msg(uint8_t *buf, const struct evr__parsed *m)
 {
+	size_t at = EVR_HDR_SIZE;
+
 	evr__hdr_encode(buf, &m->hdr);
+	if (m->hdr.flags & (EVR_F_CALL | EVR_F_REPLY)) {
+		evr__call_id_encode(buf + at, m->call_id);
+		at += EVR_CALL_ID_SIZE;
+	}
 	switch (m->hdr.type) {
 	case EVR_T_EAGER:
-		memcpy(buf + EVR_HDR_SIZE, m->payload, m->hdr.len);
+		memcpy(buf + at, m->payload, m->plen);
 		break;
 	case EVR_T_RNDV_REQ:
-		evr__rndv_req_encode(buf + EVR_HDR_SIZE, &m->rndv);
+		evr__rndv_req_encode(buf + at, &m->rndv);
+		break;
+	case EVR_T_CANCEL:
+		evr__call_id_encode(buf + at, m->call_id);
 		break;
 	case EVR_T_RNDV_FIN:
 		evr__rndv_fin_encode(buf + EVR_HDR_SIZE, m->fin_id,
@@ -51,7 +62,11 @@ static size_t encode_msg(uint8_t *buf, const struct evr__parsed *m)
 
 static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 {
-	struct evr__limits lim = {64u << (sel & 7), 1ull << (10 + (sel >> 3))};
+	/* bits 0-2: eager size; 3-5: largest message; 6: calls */
+	struct evr__limits lim = {64u << (sel & 7),
+				  1ull << (10 + ((sel >> 3) & 7)),
+				  (sel & 0x40) != 0};
+	uint32_t call;
 	struct evr__parsed m, m2;
 	static uint8_t buf[EVR_HDR_SIZE + (64u << 7)];
 	const char *why = NULL;
@@ -61,15 +76,30 @@ static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 			abort(); /* every rejection has a reason */
 		return;
 	}
+	/* a call or a reply: only with the extension, on data, one of
+	 * the two, its id not 0 and after the header */
+	call = m.hdr.flags & (EVR_F_CALL | EVR_F_REPLY) ? EVR_CALL_ID_SIZE : 0;
+	if (call && (!lim.calls || m.call_id == 0 ||
+		     (m.hdr.flags & (EVR_F_CALL | EVR_F_REPLY)) ==
+			     (EVR_F_CALL | EVR_F_REPLY) ||
+		     (m.hdr.type != EVR_T_EAGER &&
+		      m.hdr.type != EVR_T_RNDV_REQ)))
+		abort();
+	if (m.hdr.type == EVR_T_CANCEL && (!lim.calls || m.call_id == 0))
+		abort();
+	if (!call && m.hdr.type != EVR_T_CANCEL && m.call_id)
+		abort();
 	if (m.hdr.type == EVR_T_EAGER &&
-	    (m.payload != p + EVR_HDR_SIZE || m.hdr.len > lim.max_eager))
+	    (m.payload != p + EVR_HDR_SIZE + call ||
+	     m.plen != m.hdr.len - call || m.hdr.len > lim.max_eager))
 		abort();
 	if (m.hdr.type == EVR_T_RNDV_REQ &&
-	    (m.rndv.len > lim.max_msg || m.rndv.len <= lim.max_eager))
+	    (m.rndv.len > lim.max_msg || m.rndv.len <= lim.max_eager - call))
 		abort();
 	/* EVR_F_WANT on data messages and credit updates; EVR_F_GIVE on
 	 * credit updates only, with its count in range; never both */
-	if ((m.hdr.flags & ~(EVR_F_WANT | EVR_F_GIVE)) ||
+	if ((m.hdr.flags & ~(EVR_F_WANT | EVR_F_GIVE | EVR_F_CALL |
+			     EVR_F_REPLY)) ||
 	    m.hdr.flags == (EVR_F_WANT | EVR_F_GIVE) ||
 	    ((m.hdr.flags & EVR_F_WANT) && m.hdr.type != EVR_T_EAGER &&
 	     m.hdr.type != EVR_T_RNDV_REQ && m.hdr.type != EVR_T_CREDIT) ||
@@ -85,7 +115,7 @@ static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 	    memcmp(&m.hdr, &m2.hdr, sizeof(m.hdr)) ||
 	    memcmp(&m.rndv, &m2.rndv, sizeof(m.rndv)) ||
 	    m.fin_id != m2.fin_id || m.fin_status != m2.fin_status ||
-	    m.give != m2.give)
+	    m.give != m2.give || m.call_id != m2.call_id || m.plen != m2.plen)
 		abort();
 }
 
@@ -101,7 +131,8 @@ static void check_hs(const uint8_t *p, size_t n)
 			abort();
 		return;
 	}
-	if (hs.user_len > EVR_HS_USER_MAX)
+	if (hs.user_len > EVR_HS_USER_MAX || (hs.features & ~EVR_HS_F_ALL) ||
+	    (hs.kind == EVR_HS_REJ && hs.features))
 		abort();
 	/* an initial window is 0 (all at once), or between the minimum
 	 * window and the depth; a reject lends nothing */

@@ -386,7 +386,7 @@ static void test_msg_short(void **state)
 /* The limits are the receiver's: a smaller max_eager rejects more. */
 static void test_msg_limits_are_the_callers(void **state)
 {
-	const struct evr__limits small = {64, 4096};
+	const struct evr__limits small = {64, 4096, false};
 	static const struct bad_msg cases[] = {
 	    {"eager 65", EVR_T_EAGER, 0, 65, 65, 0, 0, 0},
 	    {"rndv 64", EVR_T_RNDV_REQ, 0, 24, 24, 0x1000, 64, 0},
@@ -501,7 +501,11 @@ static void test_want_only_on_data(void **state)
 			n = build_msg(buf, &m);
 			assert_int_equal(parse_exact(buf, n, &lim, &p, &why),
 					 -EPROTO);
-			assert_string_equal(why, "unknown header flags");
+			/* the call flags (0x04, 0x08) are known, and
+			 * refused without their extension */
+			if (f & ~0x0fu)
+				assert_string_equal(why,
+						    "unknown header flags");
 		}
 	}
 }
@@ -765,7 +769,7 @@ static const struct bad_hs bad_hss[] = {
     {"user_len 33", 6, 1, 33, 25},
     {"user_len 255", 6, 1, 255, 300 - 32},
     {"user data truncated", 6, 1, 9, 0},
-    {"reserved byte 7", 7, 1, 1, 0},
+    {"unknown feature bit", 7, 1, 2, 0},
     {"init window 1", 10, 2, 1, 0},
     {"init window 3", 10, 2, EVR_HS_MIN_DEPTH - 1, 0},
     {"init window 0x8000 (depth 64)", 11, 1, 0x80, 0},
@@ -952,10 +956,233 @@ static void test_hs_reject_and_reserved(void **state)
 		n = evr__hs_encode(buf, &hs);
 		assert_int_equal(buf[7], 0);
 		assert_int_equal(hs_decode_exact(buf, n, &out, &why), 0);
-		buf[7] = 0x01;
+		/* the features byte: known bits only, none on a reject */
+		buf[7] = 0x02;
 		assert_int_equal(hs_decode_exact(buf, n, &out, &why), -EPROTO);
-		assert_string_equal(why, "reserved handshake byte is not zero");
+		assert_string_equal(why, "unknown handshake feature bits");
+		buf[7] = 0x80;
+		assert_int_equal(hs_decode_exact(buf, n, &out, &why), -EPROTO);
+		assert_string_equal(why, "unknown handshake feature bits");
+		buf[7] = EVR_HS_F_CALLS;
+		if (kinds[i] == EVR_HS_REJ) {
+			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
+					 -EPROTO);
+			assert_string_equal(why, "reject with features");
+		} else {
+			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
+					 0);
+			assert_int_equal(out.features, EVR_HS_F_CALLS);
+		}
 	}
+}
+
+/*
+ * The calls extension in the handshake: a request offers it, a reply
+ * carries it only when the request did and the replier speaks it, a
+ * reject never (its encoder writes 0 whatever it is given), and a reply
+ * carrying what was not offered is caught.
+ */
+static void test_hs_features(void **state)
+{
+	uint8_t buf[EVR_HS_MAX];
+	struct evr__hs req, rep, out;
+	const char *why = NULL;
+	size_t n;
+
+	(void)state;
+	fill_hs(&req, EVR_HS_REQ, 3);
+	req.features = EVR_HS_F_CALLS;
+	n = evr__hs_encode(buf, &req);
+	assert_int_equal(buf[7], EVR_HS_F_CALLS);
+	assert_int_equal(hs_decode_exact(buf, n, &out, &why), 0);
+	assert_int_equal(out.features, EVR_HS_F_CALLS);
+	assert_int_equal(evr__hs_reply_features(&out, EVR_HS_F_CALLS),
+			 EVR_HS_F_CALLS);
+	assert_int_equal(evr__hs_reply_features(&out, 0), 0);
+	req.features = 0; /* an older peer's request */
+	assert_int_equal(evr__hs_reply_features(&req, EVR_HS_F_CALLS), 0);
+
+	fill_hs(&rep, EVR_HS_REP, 0);
+	rep.features = EVR_HS_F_CALLS;
+	assert_true(evr__hs_features_ok(EVR_HS_F_CALLS, &rep));
+	assert_false(evr__hs_features_ok(0, &rep));
+	rep.features = 0;
+	assert_true(evr__hs_features_ok(EVR_HS_F_CALLS, &rep));
+
+	fill_hs(&rep, EVR_HS_REJ, 2);
+	rep.features = EVR_HS_F_CALLS;
+	n = evr__hs_encode(buf, &rep);
+	assert_int_equal(buf[7], 0);
+	assert_int_equal(hs_decode_exact(buf, n, &out, &why), 0);
+	assert_int_equal(out.features, 0);
+}
+
+/* ---- calls: EVR_F_CALL, EVR_F_REPLY, CANCEL ---- */
+
+static const struct evr__limits lim_calls = {
+    .max_eager = 8192,
+    .max_msg = 1ull << 40,
+    .calls = true,
+};
+
+/* A call message: header, id, then body of blen bytes; its length. */
+static size_t call_msg(uint8_t *buf, uint8_t type, uint8_t flags,
+		       uint32_t id, const void *body, size_t blen)
+{
+	struct evr__hdr h = {type, flags, 9,
+			     (uint32_t)(EVR_CALL_ID_SIZE + blen)};
+
+	evr__hdr_encode(buf, &h);
+	evr__call_id_encode(buf + EVR_HDR_SIZE, id);
+	if (blen)
+		memcpy(buf + EVR_HDR_SIZE + EVR_CALL_ID_SIZE, body, blen);
+	return EVR_HDR_SIZE + EVR_CALL_ID_SIZE + blen;
+}
+
+static void test_call_roundtrip(void **state)
+{
+	static const uint8_t flags[] = {EVR_F_CALL, EVR_F_REPLY,
+					EVR_F_CALL | EVR_F_WANT};
+	static const size_t lens[] = {0, 1, 100, 8188};
+	uint8_t buf[EVR_HDR_SIZE + 8192], body[8192];
+	uint8_t rb[EVR_RNDV_REQ_SIZE];
+	struct evr__rndv_req r = {0x7f0000001000ull, 8189, 0x1234, 77};
+	struct evr__parsed p;
+	const char *why = NULL;
+	size_t i, j, n;
+
+	(void)state;
+	for (j = 0; j < sizeof(body); j++)
+		body[j] = (uint8_t)(j * 7 + 1);
+	for (i = 0; i < ARRAY_SIZE(flags); i++) {
+		for (j = 0; j < ARRAY_SIZE(lens); j++) {
+			n = call_msg(buf, EVR_T_EAGER, flags[i],
+				     0x80000001u + (uint32_t)j, body, lens[j]);
+			assert_int_equal(
+			    parse_exact(buf, n, &lim_calls, &p, &why), 0);
+			assert_int_equal(p.hdr.flags, flags[i]);
+			assert_int_equal(p.call_id, 0x80000001u + j);
+			assert_int_equal(p.plen, lens[j]);
+			assert_ptr_equal(p.payload,
+					 buf + EVR_HDR_SIZE + EVR_CALL_ID_SIZE);
+			if (lens[j])
+				assert_memory_equal(p.payload, body, lens[j]);
+		}
+		/* rendezvous: from max_eager - 4 + 1 bytes on */
+		evr__rndv_req_encode(rb, &r);
+		n = call_msg(buf, EVR_T_RNDV_REQ, flags[i], 5, rb, sizeof(rb));
+		assert_int_equal(parse_exact(buf, n, &lim_calls, &p, &why), 0);
+		assert_int_equal(p.call_id, 5);
+		assert_int_equal(p.rndv.len, 8189);
+		assert_int_equal(p.rndv.addr, r.addr);
+		assert_int_equal(p.rndv.rkey, r.rkey);
+		assert_int_equal(p.rndv.id, 77);
+	}
+	/* a cancel */
+	{
+		struct evr__hdr h = {EVR_T_CANCEL, 0, 3, EVR_CALL_ID_SIZE};
+
+		evr__hdr_encode(buf, &h);
+		evr__call_id_encode(buf + EVR_HDR_SIZE, 0xffffffffu);
+		assert_int_equal(parse_exact(buf, EVR_HDR_SIZE + 4, &lim_calls,
+					     &p, &why),
+				 0);
+		assert_int_equal(p.hdr.type, EVR_T_CANCEL);
+		assert_int_equal(p.call_id, 0xffffffffu);
+		assert_int_equal(p.hdr.credits, 3);
+	}
+	/* a plain message on a calls connection has no id */
+	{
+		struct evr__hdr h = {EVR_T_EAGER, 0, 0, 3};
+
+		evr__hdr_encode(buf, &h);
+		memcpy(buf + EVR_HDR_SIZE, "abc", 3);
+		assert_int_equal(parse_exact(buf, EVR_HDR_SIZE + 3, &lim_calls,
+					     &p, &why),
+				 0);
+		assert_int_equal(p.call_id, 0);
+		assert_int_equal(p.plen, 3);
+	}
+}
+
+static void expect_proto(const void *buf, size_t n,
+			 const struct evr__limits *l, const char *reason)
+{
+	struct evr__parsed p;
+	const char *why = NULL;
+
+	assert_int_equal(parse_exact(buf, n, l, &p, &why), -EPROTO);
+	assert_string_equal(why, reason);
+}
+
+static void test_call_rejects(void **state)
+{
+	static const uint8_t zeros[8189];
+	uint8_t buf[EVR_HDR_SIZE + 8200], rb[EVR_RNDV_REQ_SIZE];
+	struct evr__rndv_req r = {0x1000, 8188, 1, 1};
+	struct evr__hdr h;
+	size_t n;
+
+	(void)state;
+	/* not negotiated */
+	n = call_msg(buf, EVR_T_EAGER, EVR_F_CALL, 1, "x", 1);
+	expect_proto(buf, n, &lim, "call flag without the calls extension");
+	n = call_msg(buf, EVR_T_EAGER, EVR_F_REPLY, 1, "x", 1);
+	expect_proto(buf, n, &lim, "call flag without the calls extension");
+	h = (struct evr__hdr){EVR_T_CANCEL, 0, 0, EVR_CALL_ID_SIZE};
+	evr__hdr_encode(buf, &h);
+	evr__call_id_encode(buf + EVR_HDR_SIZE, 1);
+	expect_proto(buf, EVR_HDR_SIZE + 4, &lim,
+		     "cancel without the calls extension");
+	/* both flags, id 0, flags on control messages */
+	n = call_msg(buf, EVR_T_EAGER, EVR_F_CALL | EVR_F_REPLY, 1, "x", 1);
+	expect_proto(buf, n, &lim_calls, "message both a call and a reply");
+	n = call_msg(buf, EVR_T_EAGER, EVR_F_CALL, 0, "x", 1);
+	expect_proto(buf, n, &lim_calls, "call id 0");
+	n = call_msg(buf, EVR_T_CREDIT, EVR_F_REPLY, 1, NULL, 0);
+	expect_proto(buf, n, &lim_calls,
+		     "call flag on a message other than data");
+	n = call_msg(buf, EVR_T_BYE, EVR_F_CALL, 1, NULL, 0);
+	expect_proto(buf, n, &lim_calls,
+		     "call flag on a message other than data");
+	/* shorter than the id */
+	h = (struct evr__hdr){EVR_T_EAGER, EVR_F_CALL, 0, 3};
+	evr__hdr_encode(buf, &h);
+	expect_proto(buf, EVR_HDR_SIZE + 3, &lim_calls,
+		     "call message shorter than its id");
+	/* the id counts against the receive buffer */
+	n = call_msg(buf, EVR_T_EAGER, EVR_F_CALL, 1, zeros, 8189);
+	expect_proto(buf, n, &lim_calls,
+		     "eager payload larger than the receive buffer");
+	/* a rendezvous call that would have fitted eager */
+	evr__rndv_req_encode(rb, &r);
+	n = call_msg(buf, EVR_T_RNDV_REQ, EVR_F_CALL, 1, rb, sizeof(rb));
+	expect_proto(buf, n, &lim_calls,
+		     "rendezvous length small enough to be eager");
+	/* a rendezvous call without its id's room */
+	h = (struct evr__hdr){EVR_T_RNDV_REQ, EVR_F_CALL, 0,
+			      EVR_RNDV_REQ_SIZE};
+	evr__hdr_encode(buf, &h);
+	memcpy(buf + EVR_HDR_SIZE, rb, sizeof(rb));
+	expect_proto(buf, EVR_HDR_SIZE + EVR_RNDV_REQ_SIZE, &lim_calls,
+		     "rendezvous request of the wrong size");
+	/* cancels: no flags, exactly an id, not 0 */
+	h = (struct evr__hdr){EVR_T_CANCEL, EVR_F_WANT, 0, EVR_CALL_ID_SIZE};
+	evr__hdr_encode(buf, &h);
+	evr__call_id_encode(buf + EVR_HDR_SIZE, 1);
+	expect_proto(buf, EVR_HDR_SIZE + 4, &lim_calls, "flag on a cancel");
+	h = (struct evr__hdr){EVR_T_CANCEL, 0, 0, 8};
+	evr__hdr_encode(buf, &h);
+	expect_proto(buf, EVR_HDR_SIZE + 8, &lim_calls,
+		     "cancel of the wrong size");
+	h = (struct evr__hdr){EVR_T_CANCEL, 0, 0, EVR_CALL_ID_SIZE};
+	evr__hdr_encode(buf, &h);
+	evr__call_id_encode(buf + EVR_HDR_SIZE, 0);
+	expect_proto(buf, EVR_HDR_SIZE + 4, &lim_calls, "call id 0");
+	/* an unknown flag is still unknown */
+	h = (struct evr__hdr){EVR_T_EAGER, 0x10, 0, 0};
+	evr__hdr_encode(buf, &h);
+	expect_proto(buf, EVR_HDR_SIZE, &lim_calls, "unknown header flags");
 }
 
 /*
@@ -1100,6 +1327,9 @@ int main(void)
 	    cmocka_unit_test(test_hs_boundaries_accepted),
 	    cmocka_unit_test(test_hs_window_range),
 	    cmocka_unit_test(test_hs_reject_and_reserved),
+	    cmocka_unit_test(test_hs_features),
+	    cmocka_unit_test(test_call_roundtrip),
+	    cmocka_unit_test(test_call_rejects),
 	    cmocka_unit_test(test_hs_old_peer),
 	    cmocka_unit_test(test_rkey_layout),
 	};
