@@ -62,6 +62,9 @@ enum bad_case {
 	BAD_RNDV_LEN,	 /* rendezvous length beyond the maximum */
 	BAD_CREDITS,	 /* returns credits that were never used */
 	BAD_FIN,	 /* a finish for a rendezvous never sent */
+	BAD_HS_FEATURE,	 /* handshake: an unknown feature bit -> rejected */
+	BAD_CALL_FLAG,	 /* offers calls, not agreed: sends a call anyway */
+	BAD_CANCEL,	 /* the same with a cancel */
 	LIT_TYPE,	 /* literal bytes: the type after the last one */
 	LIT_LEN_BE,	 /* literal bytes: a length written big endian */
 	LIT_VALID,	 /* literal bytes: a valid message, echoed */
@@ -103,7 +106,10 @@ static const struct {
     [BAD_RNDV_LEN] = {"rendezvous length beyond maximum", X_EPROTO},
     [BAD_CREDITS] = {"credit overflow", X_EPROTO},
     [BAD_FIN] = {"unexpected finish", X_EPROTO},
-    [LIT_TYPE] = {"literal: type after BYE", X_EPROTO},
+    [BAD_HS_FEATURE] = {"unknown handshake feature", X_REJECT},
+    [BAD_CALL_FLAG] = {"call flag, calls not agreed", X_EPROTO},
+    [BAD_CANCEL] = {"cancel, calls not agreed", X_EPROTO},
+    [LIT_TYPE] = {"literal: type after CANCEL", X_EPROTO},
     [LIT_LEN_BE] = {"literal: big-endian length", X_EPROTO},
     [LIT_VALID] = {"literal: valid message", X_ECHO},
     [HOSTILE_BEFORE] = {"hostile: read before the message", X_DENIED},
@@ -149,12 +155,12 @@ static bool is_literal_case(enum bad_case c)
  * the README ("Wire protocol"), not produced by the library's encoder.  A
  * message header is 8 bytes: type u8 | flags u8 | credits u16 | len u32,
  * multi-byte fields little endian; types EAGER 1, RNDV_REQ 2, RNDV_FIN 3,
- * CREDIT 4, BYE 5.
+ * CREDIT 4, BYE 5, CANCEL 6.
  */
 
-/* Type 6, one past BYE, the last defined type; no payload. */
-static const uint8_t lit_type6[8] = {
-    0x06,		    /* type */
+/* Type 7, one past CANCEL, the last defined type; no payload. */
+static const uint8_t lit_type7[8] = {
+    0x07,		    /* type */
     0x00,		    /* flags */
     0x00, 0x00,		    /* credits */
     0x00, 0x00, 0x00, 0x00, /* len */
@@ -287,6 +293,20 @@ static size_t craft(enum bad_case bc, uint8_t *buf)
 		h.type = EVR_T_CREDIT;
 		h.credits = 1000;
 		break;
+	case BAD_CALL_FLAG:
+		h.type = EVR_T_EAGER;
+		h.flags = EVR_F_CALL;
+		h.len = EVR_CALL_ID_SIZE + 10;
+		evr__hdr_encode(buf, &h);
+		evr__call_id_encode(buf + EVR_HDR_SIZE, 1);
+		memset(buf + EVR_HDR_SIZE + EVR_CALL_ID_SIZE, 0x33, 10);
+		return EVR_HDR_SIZE + EVR_CALL_ID_SIZE + 10;
+	case BAD_CANCEL:
+		h.type = EVR_T_CANCEL;
+		h.len = EVR_CALL_ID_SIZE;
+		evr__hdr_encode(buf, &h);
+		evr__call_id_encode(buf + EVR_HDR_SIZE, 1);
+		return EVR_HDR_SIZE + EVR_CALL_ID_SIZE;
 	case BAD_FIN:
 		h.type = EVR_T_RNDV_FIN;
 		h.len = EVR_RNDV_FIN_SIZE;
@@ -294,8 +314,8 @@ static size_t craft(enum bad_case bc, uint8_t *buf)
 		evr__rndv_fin_encode(buf + EVR_HDR_SIZE, 12345, 0);
 		return EVR_HDR_SIZE + EVR_RNDV_FIN_SIZE;
 	case LIT_TYPE:
-		memcpy(buf, lit_type6, sizeof(lit_type6));
-		return sizeof(lit_type6);
+		memcpy(buf, lit_type7, sizeof(lit_type7));
+		return sizeof(lit_type7);
 	case LIT_LEN_BE:
 		memcpy(buf, lit_len_be, sizeof(lit_len_be));
 		memset(buf + sizeof(lit_len_be), 0x5a, LIT_BE_PAYLOAD);
@@ -428,7 +448,7 @@ static int raw_hostile(enum bad_case bc, struct rdma_cm_id *id,
 {
 	static uint8_t src[REGION_MSG_LEN];
 	size_t len = bc >= REGION_BEFORE ? REGION_MSG_LEN : HOSTILE_LEN;
-	struct evr__limits lim = {HOSTILE_EAGER, 1 << 20};
+	struct evr__limits lim = {HOSTILE_EAGER, 1 << 20, false};
 	struct evr__hdr h = {0};
 	struct evr__rndv_req r = {0};
 	struct evr__parsed ps;
@@ -568,8 +588,13 @@ static int raw_client(enum bad_case bc, uint16_t port)
 		hs.recv_depth = 15;
 		hs.max_eager = is_hostile_case(bc) ? HOSTILE_EAGER : 8192;
 		hs.max_msg = 1 << 20;
+		/* offered; a server that does not speak it must not agree */
+		if (bc == BAD_CALL_FLAG || bc == BAD_CANCEL)
+			hs.features = EVR_HS_F_CALLS;
 		n = evr__hs_encode(pdata, &hs);
 	}
+	if (bc == BAD_HS_FEATURE)
+		pdata[7] = 0x40;
 	if (bc == BAD_MAGIC)
 		pdata[0] ^= 0xff;
 	if (bc == BAD_VERSION)
@@ -587,6 +612,10 @@ static int raw_client(enum bad_case bc, uint16_t port)
 		return 16;
 	if (is_literal_case(bc) && !rep_ok())
 		return 28;
+	/* the reply's features byte: nothing agreed that it does not do */
+	if ((bc == BAD_CALL_FLAG || bc == BAD_CANCEL) &&
+	    (cm_pdata_len < 24 || cm_pdata[7] != 0))
+		return 29;
 
 	if (is_hostile_case(bc)) {
 		if ((rc = raw_hostile(bc, id, cq, mr, mem)))
