@@ -90,7 +90,8 @@ typedef void (*evr_log_fn)(enum evr_log_level level, const char *msg,
 enum evr_mode {
 	EVR_MODE_EVENT = 0,    /**< CQs armed, the loop sleeps until events */
 	EVR_MODE_POLL = 1,     /**< CQs polled every loop iteration */
-	EVR_MODE_ADAPTIVE = 2, /**< EVENT when idle, POLL under load */
+	EVR_MODE_ADAPTIVE = 2, /**< EVENT when idle, POLL under load
+				*   (evr_ctx_mode() says which, now) */
 };
 
 EVR_EXPORT const char *evr_mode_str(enum evr_mode mode);
@@ -331,7 +332,8 @@ EVR_EXPORT const char *evr_ctx_device(const evr_ctx *ctx);
  *  in effect counts in evr_stats.mode_switches; the mode-switch callback
  *  is not called for it. */
 EVR_EXPORT int evr_ctx_set_mode(evr_ctx *ctx, enum evr_mode mode);
-/** The mode currently in effect (EVENT or POLL while ADAPTIVE). */
+/** The mode currently in effect: an ADAPTIVE ctx reports EVR_MODE_EVENT
+ *  or EVR_MODE_POLL, whichever it is in, never EVR_MODE_ADAPTIVE. */
 EVR_EXPORT enum evr_mode evr_ctx_mode(const evr_ctx *ctx);
 
 /** How a peer reads the source of a rendezvous message.  Whichever, the
@@ -680,7 +682,10 @@ EVR_EXPORT int evr_accept_on(evr_conn_req *req, evr_ctx *target,
  *  address (and the user bytes) for policy, the network for isolation. */
 EVR_EXPORT int evr_conn_req_peer_addr(const evr_conn_req *req,
 				      struct sockaddr *addr, socklen_t *len);
-/** Reject a request; the connector sees -ECONNREFUSED and these bytes. */
+/** Reject a request; the connector sees -ECONNREFUSED and these bytes (its
+ *  log shows them).  len is at most EVR_MAX_USER_DATA (32).  0, or
+ *  -EINVAL (req NULL or answered already, len above the limit, reason NULL
+ *  with len > 0), or the error of rdma_reject(). */
 EVR_EXPORT int evr_reject(evr_conn_req *req, const void *reason, size_t len);
 
 /* ------------------------------------------------------------------------ */
@@ -694,7 +699,9 @@ typedef void (*evr_op_cb)(evr_conn *conn, int status, void *arg);
  * the caller's and must stay valid and unchanged until cb fires (large
  * messages are read from it by the peer).  cb may be NULL: the cheapest
  * send (its completion is not polled for one by one), but then nothing
- * tells when the buffer is free again.  Errors:
+ * tells when the buffer is free again.  cb and the peer's answer are not
+ * ordered: a reply to this message may be delivered before cb fires.
+ * Errors:
  * -EMSGSIZE (too large for the peer), -ENOBUFS (the send queue holds
  * send_queue_limit bytes; wait for on_drain), -EPIPE (closing or closed),
  * -ENOMEM.  Messages are delivered in order, whole, exactly once.
@@ -748,7 +755,10 @@ EVR_EXPORT void evr_msg_release(evr_msg *msg);
 /* ------------------------------------------------------------------------ */
 /* Registered memory and one-sided operations                               */
 
-#define EVR_ACCESS_LOCAL 0u	  /**< local use only */
+/** Local use only: the peer can touch nothing of it.  Enough for a send's
+ *  source, evr_read()'s destination and the atomics' result word (regions
+ *  are always registered for local writes). */
+#define EVR_ACCESS_LOCAL 0u
 #define EVR_ACCESS_REMOTE_READ 1u
 #define EVR_ACCESS_REMOTE_WRITE 2u
 #define EVR_ACCESS_REMOTE_ATOMIC 4u
@@ -785,10 +795,18 @@ EVR_EXPORT void evr_rkey_pack(const struct evr_rkey *rk,
 EVR_EXPORT void evr_rkey_unpack(struct evr_rkey *rk,
 				const uint8_t in[EVR_RKEY_PACKED_SIZE]);
 
+/*
+ * One-sided operations.  Bounds are checked against both regions before
+ * anything is posted (-ERANGE).  The peer's device checks its region's
+ * flags (EVR_ACCESS_REMOTE_*), key and range: an operation they do not
+ * allow fails with -EACCES in its cb, and ends the connection (the QP goes
+ * to the error state: what is queued behind fails with -EACCES, on_close
+ * gets -EACCES, and the peer's end closes with an error).
+ */
+
 /**
  * RDMA WRITE len bytes from lmr+loff to the peer's region rk at roff.
- * Bounds are checked against both regions (-ERANGE).  cb fires once when
- * the write is complete at the peer (or failed).
+ * cb fires once when the write is complete at the peer (or failed).
  */
 EVR_EXPORT int evr_write(evr_conn *conn, evr_mr *lmr, size_t loff,
 			 const struct evr_rkey *rk, uint64_t roff, size_t len,
