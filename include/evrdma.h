@@ -94,6 +94,7 @@ enum evr_mode {
 				*   (evr_ctx_mode() says which, now) */
 };
 
+/** "event", "poll" or "adaptive"; "unknown" for any other value. */
 EVR_EXPORT const char *evr_mode_str(enum evr_mode mode);
 
 /*
@@ -582,7 +583,8 @@ EVR_EXPORT int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
  */
 EVR_EXPORT int evr_conn_close(evr_conn *conn, unsigned flags);
 
-/** User arg of the conn; settable (e.g. from the accept callback). */
+/** The arg the conn's callbacks get: opts->arg at first; settable (e.g.
+ *  from on_connect, for a conn accepted with a shared opts). */
 EVR_EXPORT void *evr_conn_arg(const evr_conn *conn);
 EVR_EXPORT void evr_conn_set_arg(evr_conn *conn, void *arg);
 
@@ -745,6 +747,7 @@ EVR_EXPORT void evr_conn_unref(evr_conn *conn);
  * Keep the message being delivered past its on_recv callback (call only
  * from on_recv).  Its memory stays valid, and its receive credit stays
  * with this side, until evr_msg_release().  The handle outlives the conn.
+ * NULL when called outside on_recv, or out of memory.
  */
 EVR_EXPORT evr_msg *evr_conn_hold(evr_conn *conn);
 EVR_EXPORT const void *evr_msg_data(const evr_msg *msg);
@@ -801,7 +804,12 @@ EVR_EXPORT void evr_rkey_unpack(struct evr_rkey *rk,
  * flags (EVR_ACCESS_REMOTE_*), key and range: an operation they do not
  * allow fails with -EACCES in its cb, and ends the connection (the QP goes
  * to the error state: what is queued behind fails with -EACCES, on_close
- * gets -EACCES, and the peer's end closes with an error).
+ * gets -EACCES, and the peer's end closes with an error).  The calls
+ * return 0 (cb then fires once), or: -EINVAL (a NULL argument, lmr of
+ * another ctx; atomics: loff or the remote word not 8-aligned), -EPIPE
+ * (the conn is closing or closed), -ERANGE, -EMSGSIZE (len above what the
+ * port carries in one message), -EOPNOTSUPP (atomics on a device without
+ * them), -ENOMEM.
  */
 
 /**
@@ -825,8 +833,9 @@ EVR_EXPORT int evr_read(evr_conn *conn, evr_mr *lmr, size_t loff,
 EVR_EXPORT int evr_fetch_add(evr_conn *conn, evr_mr *lmr, size_t loff,
 			     const struct evr_rkey *rk, uint64_t roff,
 			     uint64_t add, evr_op_cb cb, void *arg);
-/** Atomic compare-and-swap: if *(rk+roff) == compare it becomes swap; the
- *  old value lands in lmr+loff either way. */
+/** Atomic compare-and-swap on the 8-byte word at rk+roff (8-aligned): if
+ *  it equals compare it becomes swap; the old value lands in lmr+loff
+ *  either way (8 bytes, host order). */
 EVR_EXPORT int evr_cmp_swap(evr_conn *conn, evr_mr *lmr, size_t loff,
 			    const struct evr_rkey *rk, uint64_t roff,
 			    uint64_t compare, uint64_t swap, evr_op_cb cb,
