@@ -553,6 +553,8 @@ static int up_pred(void *arg)
 		t->srv.ok >= 50);
 }
 
+static void print_log(struct dt *t);
+
 /* Connect and wait for traffic to flow both ways (bounded).  After the
  * device came back the first connects may fail while its addresses are
  * set up again: failed connects are retried for retry_s seconds.  Returns
@@ -572,7 +574,19 @@ static int traffic_start(struct dt *t, double retry_s)
 		assert_int_equal(evr_connect(t->cctx, rt_addr(),
 					     evr_listener_port(t->l), &o, NULL),
 				 0);
-		assert_int_equal(rt_run_until(t->loop, up_pred, t, 30), 0);
+		if (rt_run_until(t->loop, up_pred, t, 30)) {
+			/* say where it stood, for the failure below */
+			printf("    not up after 30 s: client connects %d (%s), "
+			       "%u ops ok, %u received; server connects %d "
+			       "(%s), %u ops ok, %u received\n",
+			       t->cli.connects,
+			       evr_err_name(t->cli.connect_status), t->cli.ok,
+			       t->cli.recvd, t->srv.connects,
+			       evr_err_name(t->srv.connect_status), t->srv.ok,
+			       t->srv.recvd);
+			print_log(t);
+			fail();
+		}
 		if (t->cli.connect_status) {
 			printf("    connect: %s\n",
 			       evr_err_name(t->cli.connect_status));
