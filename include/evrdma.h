@@ -370,8 +370,10 @@ struct evr_stats {
 	 *  those ADAPTIVE makes (also reported by evr_ctx_on_mode_switch())
 	 *  and those evr_ctx_set_mode() makes. */
 	uint64_t mode_switches;
-	/** msgs_sent: with a callback, counted when the send completed;
-	 *  without one, when posted */
+	/** msgs_sent: with a callback, counted when the send completed; an
+	 *  eager one without, when posted (a rendezvous one at the peer's
+	 *  FIN; after a device refused WRs in the error state, every message
+	 *  when it completed) */
 	uint64_t msgs_sent, msgs_recv;
 	uint64_t bytes_sent, bytes_recv;
 	uint64_t rndv_sent, rndv_recv;
@@ -433,8 +435,9 @@ EVR_EXPORT void evr_ctx_on_mode_switch(evr_ctx *ctx, evr_mode_cb cb,
 				       void *arg);
 
 /**
- * Run the private loop until evr_ctx_stop() is called or nothing is left
- * to do.  -EINVAL for a ctx on a user loop (run that loop instead).
+ * Run the private loop until evr_ctx_stop() is called (the ctx's watchers
+ * keep it running: it does not return because nothing is left to do).
+ * -EINVAL for a ctx on a user loop (run that loop instead).
  */
 EVR_EXPORT int evr_ctx_run(evr_ctx *ctx);
 /** Make evr_ctx_run() return after the current iteration. */
@@ -553,7 +556,8 @@ static inline void evr_conn_opts_init(struct evr_conn_opts *opts)
 }
 
 /**
- * Connect to host:port (an IPv4 or IPv6 literal or a name) through rdma_cm.
+ * Connect to host:port (a numeric IPv4 or IPv6 address: names are not
+ * resolved, nothing in the library blocks; -EINVAL) through rdma_cm.
  * opts->on_connect fires once with 0 or: -ECONNREFUSED (no listener, or the
  * peer rejected: see evr_conn_reject_reason()), -ETIMEDOUT, -EHOSTUNREACH,
  * -EADDRNOTAVAIL / -ENETUNREACH (address or route resolution), -ENODEV (the
