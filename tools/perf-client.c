@@ -169,6 +169,14 @@ struct tstart {
 	unsigned n, waiting, gen;
 };
 
+/* Every thread expected is waiting: let them go.  Under t->mu. */
+static void tstart_release(struct tstart *t)
+{
+	t->waiting = 0;
+	t->gen++;
+	pthread_cond_broadcast(&t->cv);
+}
+
 static int tstart_wait(struct tstart *t)
 {
 	struct timespec until;
@@ -179,11 +187,8 @@ static int tstart_wait(struct tstart *t)
 	until.tv_sec += 120;
 	pthread_mutex_lock(&t->mu);
 	gen = t->gen;
-	if (++t->waiting == t->n) {
-		t->waiting = 0;
-		t->gen++;
-		pthread_cond_broadcast(&t->cv);
-	}
+	if (++t->waiting == t->n)
+		tstart_release(t);
 	while (gen == t->gen && rc == 0)
 		rc = pthread_cond_timedwait(&t->cv, &t->mu, &until);
 	rc = gen == t->gen ? -ETIMEDOUT : 0;
@@ -406,6 +411,8 @@ out_free:
 	free(p->pc);
 	free(p->buf);
 	free(p->lat);
+	pthread_cond_destroy(&p->mt_cv);
+	pthread_mutex_destroy(&p->mt_mu);
 	return ret;
 }
 
@@ -501,8 +508,6 @@ int run_client(struct opts *o)
 		/* the connections dealt out: an equal share each, the rest
 		 * one more to the first threads */
 		ps[t].o.conns = o->conns / nt + (t < o->conns % nt);
-		if (o->test == T_CONN)
-			ps[t].o.iters = o->iters / nt + (t < o->iters % nt);
 		ps[t].tstart = &ts;
 		ps[t].keep = calloc((size_t)o->nsizes, sizeof(double *));
 		ps[t].nkeep = calloc((size_t)o->nsizes, sizeof(size_t));
@@ -516,11 +521,8 @@ int run_client(struct opts *o)
 		/* the others must not wait for them */
 		pthread_mutex_lock(&ts.mu);
 		ts.n = started;
-		if (started && ts.waiting >= started) {
-			ts.waiting = 0;
-			ts.gen++;
-			pthread_cond_broadcast(&ts.cv);
-		}
+		if (started && ts.waiting >= started)
+			tstart_release(&ts);
 		pthread_mutex_unlock(&ts.mu);
 		ret = 1;
 	}
@@ -551,5 +553,7 @@ int run_client(struct opts *o)
 	}
 	free(ps);
 	free(out.res);
+	pthread_cond_destroy(&ts.cv);
+	pthread_mutex_destroy(&ts.mu);
 	return ret;
 }
