@@ -81,6 +81,13 @@ static inline uint32_t evr__calltab_gen_next(const struct evr__calltab *t,
 	return gen ? gen : 1;
 }
 
+/* The id of slot i: its generation above the index bits. */
+static inline uint32_t evr__calltab_id(const struct evr__calltab *t,
+				       uint32_t i)
+{
+	return (uint32_t)((uint64_t)t->s[i].gen << t->shift) | i;
+}
+
 /* Store call (not NULL); its id in *id.  0, or -ENOBUFS: the limit is
  * reached. */
 static inline int evr__calltab_add(struct evr__calltab *t, void *call,
@@ -97,7 +104,7 @@ static inline int evr__calltab_add(struct evr__calltab *t, void *call,
 	t->s[i].call = call;
 	t->s[i].next = 0;
 	t->n++;
-	*id = (uint32_t)((uint64_t)t->s[i].gen << t->shift) | i;
+	*id = evr__calltab_id(t, i);
 	return 0;
 }
 
@@ -108,8 +115,7 @@ static inline void *evr__calltab_find(const struct evr__calltab *t,
 {
 	uint32_t i = id & (t->cap - 1);
 
-	if (!t->s || !t->s[i].call ||
-	    (uint32_t)((uint64_t)t->s[i].gen << t->shift) != (id & ~(t->cap - 1)))
+	if (!t->s || !t->s[i].call || evr__calltab_id(t, i) != id)
 		return NULL;
 	return t->s[i].call;
 }
@@ -141,7 +147,7 @@ static inline uint32_t evr__calltab_first(const struct evr__calltab *t)
 
 	for (i = 0; t->n && i < t->cap; i++)
 		if (t->s[i].call)
-			return (uint32_t)((uint64_t)t->s[i].gen << t->shift) | i;
+			return evr__calltab_id(t, i);
 	return 0;
 }
 
