@@ -412,6 +412,14 @@ static int srq_admit(evr_conn *c)
 	return -ENOBUFS;
 }
 
+/* The send capabilities a QP is asked for, the first a device accepts:
+ * header and payload of a message up to 120 bytes inline in two pieces
+ * (a 64-byte message and its header fit), then one piece of 64, then no
+ * inline data. */
+static const struct {
+	uint32_t sges, inl;
+} qp_caps[] = {{EVR__WR_SGES, 128}, {1, 64}, {1, 0}};
+
 int evr__conn_setup_qp(evr_conn *c)
 {
 	evr_ctx *ctx = c->ctx;
@@ -435,24 +443,29 @@ int evr__conn_setup_qp(evr_conn *c)
 	a.srq = ctx->srq;
 	a.cap.max_send_wr = ctx->o.sq_depth;
 	a.cap.max_recv_wr = c->srq ? 0 : c->recv_depth;
-	a.cap.max_send_sge = 1;
 	a.cap.max_recv_sge = c->srq ? 0 : 1;
-	a.cap.max_inline_data = 64;
-	if (rdma_create_qp(c->id, ctx->pd, &a)) {
-		a.cap.max_inline_data = 0;
-		if (rdma_create_qp(c->id, ctx->pd, &a)) {
-			err = errno ? -errno : -ENOMEM;
-			EVR_ERR(ctx, "rdma_create_qp failed: %s",
-				evr_strerror(err));
-			evr__cq_detach(ctx, c->cq, need);
-			c->cq = NULL;
-			return err;
-		}
+	/* Small messages go inline, header and payload gathered by the post
+	 * (split ops, sq.c): ask for that, then for less, then for none. */
+	for (i = 0; i < sizeof(qp_caps) / sizeof(qp_caps[0]); i++) {
+		a.cap.max_send_sge = qp_caps[i].sges;
+		a.cap.max_inline_data = qp_caps[i].inl;
+		if (!rdma_create_qp(c->id, ctx->pd, &a))
+			break;
+		err = errno ? -errno : -ENOMEM;
+	}
+	if (i == sizeof(qp_caps) / sizeof(qp_caps[0])) {
+		EVR_ERR(ctx, "rdma_create_qp failed: %s", evr_strerror(err));
+		evr__cq_detach(ctx, c->cq, need);
+		c->cq = NULL;
+		return err;
 	}
 	c->qp = c->id->qp;
-	ctx->max_inline = a.cap.max_inline_data;
 	evr__sq_init(&c->sq, c->qp, ctx->o.sq_depth, ctx->o.signal_interval,
 		     evr__op_complete, &ctx->st, &ctx->chain);
+	/* what it got (rdma_create_qp wrote it back): no more than asked */
+	c->sq.max_inline = EVR__MIN(a.cap.max_inline_data, qp_caps[i].inl);
+	c->sq.sge2 = a.cap.max_send_sge >= EVR__WR_SGES &&
+		     qp_caps[i].sges >= EVR__WR_SGES;
 	if (c->srq) {
 		/* its receives' completions name it by QP number only */
 		err = evr__qpmap_put(&ctx->qpmap, c->qp->qp_num, c);
@@ -906,7 +919,7 @@ static int ctrl_prepare(evr_conn *c, struct evr__op *op)
 	evr__hdr_encode(b->data, &h);
 	len = EVR_HDR_SIZE + h.len;
 	op->u.ctrl.buf = b;
-	evr__op_set_send(op, b, len, ctx->max_inline);
+	evr__op_set_send(op, b, len, &c->sq);
 	return 0;
 }
 

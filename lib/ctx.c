@@ -126,7 +126,8 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	evr__ctx_hooks_init(ctx);
 	/* one SQ batch of WRs, built at post time (sq.c): an op holds none */
 	ctx->chain.wr = calloc(ctx->o.sq_depth, sizeof(*ctx->chain.wr));
-	ctx->chain.sge = calloc(ctx->o.sq_depth, sizeof(*ctx->chain.sge));
+	ctx->chain.sge = calloc((size_t)ctx->o.sq_depth * EVR__WR_SGES,
+				sizeof(*ctx->chain.sge));
 	if (!ctx->chain.wr || !ctx->chain.sge) {
 		err = -ENOMEM;
 		goto err_free;

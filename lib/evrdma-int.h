@@ -141,6 +141,7 @@ struct evr__rndv_tx {
  * op, a chunk of a rendezvous read, a keepalive probe): 128 bytes, of
  * which the last 24 belong to the op's kind.
  */
+#define EVR__HDR_BYTES 8 /* proto.h's EVR_HDR_SIZE (msg.c checks) */
 struct evr__op {
 	/* h.link: on one queue at a time: c->sendq or c->ctrlq, then
 	 * sq->batch, then sq->posted; or the ctx's free ops. */
@@ -159,7 +160,11 @@ struct evr__op {
 	uint8_t ctrl_type;  /* CTRL: EVR_T_CREDIT or EVR_T_RNDV_FIN */
 	uint8_t ctrl_flags; /* CTRL CREDIT: EVR_F_WANT or EVR_F_GIVE */
 	bool quiet; /* EAGER without a callback: may end a batch unsignaled */
+	/* EAGER inline in two pieces: the header in ihdr, the payload at
+	 * wqe.laddr (the user's buffer), copied into the WR by the post */
+	bool split;
 	uint16_t iovcnt;    /* EAGER/RNDV from iovecs, until built */
+	uint8_t ihdr[EVR__HDR_BYTES];
 	struct evr__wqe wqe;
 	union {
 		struct { /* EAGER, RNDV */
@@ -196,9 +201,10 @@ struct evr__op {
 /* ---- send queue of one QP: batching and selective signaling (sq.c) ---- */
 /* Room to build the verbs WRs of a batch in, shared by the SQs of a ctx
  * (one thread posts at a time): cap WRs and their SGEs. */
+#define EVR__WR_SGES 2 /* SGEs per WR at most: a split op's (sq.c) */
 struct evr__wr_chain {
 	struct ibv_send_wr *wr;
-	struct ibv_sge *sge;
+	struct ibv_sge *sge; /* EVR__WR_SGES per WR */
 	unsigned cap;
 };
 typedef void (*evr__sq_done_fn)(struct evr__op *op, int status);
@@ -215,6 +221,10 @@ struct evr__sq {
 	evr__sq_done_fn done;	/* completion of each op, in order */
 	struct evr_stats *st;
 	struct evr__wr_chain *chain; /* cap >= 1; the ctx's is sq_depth */
+	/* what the QP was created with: bytes a WR may carry inline, and
+	 * whether a WR may have EVR__WR_SGES pieces (split ops) */
+	unsigned max_inline;
+	bool sge2;
 };
 
 void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
@@ -283,15 +293,15 @@ static inline void evr__recv_wr(struct ibv_recv_wr *wr, struct ibv_sge *sge,
 	wr->next = NULL;
 }
 
-/* The op sends len bytes of pool buffer b (inline when they fit). */
+/* The op sends len bytes of pool buffer b (inline when they fit sq). */
 static inline void evr__op_set_send(struct evr__op *op, struct evr__buf *b,
-				    uint32_t len, unsigned max_inline)
+				    uint32_t len, const struct evr__sq *sq)
 {
 	op->wqe.laddr = (uintptr_t)b->data;
 	op->wqe.len = len;
 	op->wqe.lkey = b->lkey;
 	op->opcode = IBV_WR_SEND;
-	op->send_flags = len <= max_inline ? IBV_SEND_INLINE : 0;
+	op->send_flags = len <= sq->max_inline ? IBV_SEND_INLINE : 0;
 }
 
 /* A registered buffer that a rendezvous message is read into.  Freed ones
@@ -719,7 +729,6 @@ struct evr_ctx {
 	 * registrations (mr.c), decided at binding (dev.c) */
 	enum evr_rndv_access rndv_access;
 	uint32_t max_msg_sz; /* port limit for one RDMA READ/WRITE */
-	unsigned max_inline;
 	char devname[64];
 	struct ibv_comp_channel *ch;
 	struct evr__list cqs;

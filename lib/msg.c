@@ -30,6 +30,8 @@
 #define EVR_RNDV_ACTIVE 2	     /* concurrent rendezvous reads per conn */
 #define EVR_RNDV_CHUNK (1u << 20) /* bytes per RDMA READ */
 
+_Static_assert(EVR__HDR_BYTES == EVR_HDR_SIZE, "struct evr__op's ihdr");
+
 static size_t eager_limit(const evr_conn *c)
 {
 	return EVR__MIN((size_t)c->peer_max_eager, (size_t)c->ctx->max_eager);
@@ -322,8 +324,7 @@ static int rndv_prepare(evr_conn *c, struct evr__op *op, struct evr__buf *b)
 	h.credits = evr__credit_piggyback(&c->cr);
 	evr__hdr_encode(b->data, &h);
 	evr__rndv_req_encode(b->data + EVR_HDR_SIZE, &r);
-	evr__op_set_send(op, b, EVR_HDR_SIZE + EVR_RNDV_REQ_SIZE,
-			 ctx->max_inline);
+	evr__op_set_send(op, b, EVR_HDR_SIZE + EVR_RNDV_REQ_SIZE, &c->sq);
 	/* done when both the send and the FIN completed */
 	op->pending = 2;
 	evr__list_add_tail(&c->rndv_wait, &rt->link);
@@ -337,16 +338,30 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 	evr_ctx *ctx = c->ctx;
 	struct evr__hdr h = {0};
 	struct evr__buf *b;
+	bool rndv;
 	int err;
 
 	if (op->kind != EVR_OP_EAGER)
 		return -EINVAL; /* only messages come here */
 	if (op->u.msg.len > c->peer_max_msg)
 		return -EMSGSIZE;
-	b = evr__pool_get(&ctx->pool);
-	if (!b)
-		return -ENOMEM;
-	if (op->u.msg.len > eager_limit(c)) {
+	rndv = op->u.msg.len > eager_limit(c);
+	if (!rndv && !op->iovcnt && c->sq.sge2 &&
+	    EVR_HDR_SIZE + op->u.msg.len <= c->sq.max_inline) {
+		/* inline in two pieces: no buffer, no copy but the post's */
+		b = NULL;
+		op->split = true;
+		op->wqe.laddr = (uintptr_t)op->u.msg.src;
+		op->wqe.len = (uint32_t)op->u.msg.len;
+		op->wqe.lkey = 0;
+		op->opcode = IBV_WR_SEND;
+		op->send_flags = IBV_SEND_INLINE;
+	} else {
+		b = evr__pool_get(&ctx->pool);
+		if (!b)
+			return -ENOMEM;
+	}
+	if (rndv) {
 		err = rndv_prepare(c, op, b);
 		if (err)
 			evr__pool_put(&ctx->pool, b);
@@ -356,10 +371,14 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 	h.flags = data_flags(c);
 	h.len = (uint32_t)op->u.msg.len;
 	h.credits = evr__credit_piggyback(&c->cr);
-	evr__hdr_encode(b->data, &h);
-	gather(b->data + EVR_HDR_SIZE, op);
-	op->u.msg.buf = b;
-	evr__op_set_send(op, b, EVR_HDR_SIZE + h.len, ctx->max_inline);
+	if (op->split) {
+		evr__hdr_encode(op->ihdr, &h);
+	} else {
+		evr__hdr_encode(b->data, &h);
+		gather(b->data + EVR_HDR_SIZE, op);
+		op->u.msg.buf = b;
+		evr__op_set_send(op, b, EVR_HDR_SIZE + h.len, &c->sq);
+	}
 	/* Nobody waits for the completion of a message without a callback:
 	 * its WR may end the batch unsignaled (sq.c), and it counts as sent
 	 * once posted -- its completion may come much later. */

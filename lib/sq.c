@@ -47,6 +47,8 @@ void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
 	sq->done = done;
 	sq->st = st;
 	sq->chain = chain;
+	sq->max_inline = 0;
+	sq->sge2 = false;
 }
 
 void evr__sq_add(struct evr__sq *sq, struct evr__op *op)
@@ -71,7 +73,8 @@ static struct evr__op *batch_pop(struct evr__sq *sq)
 	return op;
 }
 
-/* The verbs WR of op, built from its compact form. */
+/* The verbs WR of op, built from its compact form, its SGEs in sge
+ * (EVR__WR_SGES of them). */
 static void build_wr(const struct evr__op *op, struct ibv_send_wr *wr,
 		     struct ibv_sge *sge)
 {
@@ -82,7 +85,17 @@ static void build_wr(const struct evr__op *op, struct ibv_send_wr *wr,
 	wr->opcode = (enum ibv_wr_opcode)op->opcode;
 	wr->send_flags = op->send_flags;
 	wr->imm_data = 0;
-	if (op->wqe.len) {
+	if (op->split) {
+		/* inline: the post copies both pieces, no key is checked */
+		sge[0].addr = (uintptr_t)op->ihdr;
+		sge[0].length = sizeof(op->ihdr);
+		sge[0].lkey = 0;
+		sge[1].addr = op->wqe.laddr;
+		sge[1].length = op->wqe.len;
+		sge[1].lkey = 0;
+		wr->sg_list = sge;
+		wr->num_sge = op->wqe.len ? 2 : 1;
+	} else if (op->wqe.len) {
 		sge->addr = op->wqe.laddr;
 		sge->length = op->wqe.len;
 		sge->lkey = op->wqe.lkey;
@@ -136,7 +149,7 @@ static int post_chain(struct evr__sq *sq, unsigned n, struct ibv_send_wr *wrs,
 		const struct evr__op *op =
 			evr__list_entry(pos, struct evr__op, h.link);
 
-		build_wr(op, &wrs[i], &sges[i]);
+		build_wr(op, &wrs[i], &sges[EVR__WR_SGES * i]);
 		wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
 		nsig += !!(op->send_flags & IBV_SEND_SIGNALED);
 	}
@@ -160,6 +173,35 @@ static int post_chain(struct evr__sq *sq, unsigned n, struct ibv_send_wr *wrs,
 	return rc;
 }
 
+/* A batch of one op (a ping-pong's every post): its WR built on the
+ * stack, no chain. */
+static int post_one(struct evr__sq *sq, struct evr__op *op)
+{
+	struct ibv_send_wr wr, *bad;
+	struct ibv_sge sge[EVR__WR_SGES];
+	int rc;
+
+	build_wr(op, &wr, sge);
+	wr.next = NULL;
+	rc = evr__post_send(sq->qp, &wr, &bad);
+	if (sq->st)
+		sq->st->post_send_calls++;
+	if (rc) {
+		batch_pop(sq);
+		sq->done(op, rc);
+		return rc;
+	}
+	evr__list_del(&op->h.link);
+	sq->nbatch = 0;
+	evr__list_add_tail(&sq->posted, &op->h.link);
+	sq->outstanding++;
+	if (sq->st) {
+		sq->st->send_wrs++;
+		sq->st->signaled_wrs += !!(op->send_flags & IBV_SEND_SIGNALED);
+	}
+	return 0;
+}
+
 int evr__sq_commit(struct evr__sq *sq)
 {
 	const struct evr__wr_chain *ch = sq->chain;
@@ -174,6 +216,8 @@ int evr__sq_commit(struct evr__sq *sq)
 		last->send_flags |= IBV_SEND_SIGNALED;
 		sq->unsig_run = 0;
 	}
+	if (sq->nbatch == 1)
+		return post_one(sq, last);
 	while (sq->nbatch && rc == 0)
 		rc = post_chain(sq, EVR__MIN(sq->nbatch, ch->cap), ch->wr,
 				ch->sge);

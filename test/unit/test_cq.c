@@ -110,7 +110,7 @@ static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
 /* The ctx's array to build SQ batches in, as deep as the deepest SQ here
  * (one ctx at a time). */
 static struct ibv_send_wr chain_wr[NOPS];
-static struct ibv_sge chain_sge[NOPS];
+static struct ibv_sge chain_sge[NOPS * EVR__WR_SGES];
 
 /* A ctx as evr_ctx_create leaves it in EVENT mode, without a device:
  * lists empty, a loop of its own. */

@@ -5,7 +5,7 @@
  * Cases: a batch that fits the chain array is one post; one longer than
  * the array goes out in chains of the array's length, one post each, its
  * WRs built from the ops' compact form (opcode, flags, SGE, remote address and
- * key, immediate data, atomic operands); signaled WRs are one in
+ * key, immediate data, atomic operands; a split op's header and payload); signaled WRs are one in
  * `interval` plus every batch tail but a quiet one, whose ops a later
  * signaled WR completes; a signaled completion completes its
  * predecessors in posting order, each exactly once, with the right status
@@ -46,7 +46,7 @@ static struct evr__op ops[MAX_OPS];
 static uint8_t mem[2 * MAX_OPS]; /* what the ops' SGEs point at */
 static unsigned times_done[MAX_OPS];
 static struct ibv_send_wr chain_wr[MAX_OPS];
-static struct ibv_sge chain_sge[MAX_OPS];
+static struct ibv_sge chain_sge[MAX_OPS * EVR__WR_SGES];
 static struct evr__wr_chain chain;
 
 static unsigned op_idx(const struct evr__op *op)
@@ -610,6 +610,59 @@ static void test_build_opcodes(void **state)
 	}
 }
 
+/* A split op (a small message inline in two pieces): the WR gathers the
+ * op's header and the payload, in that order, inline; with no payload,
+ * the header alone.  A split op built after a plain one in the same
+ * chain keeps its own SGEs (two per WR in the array). */
+static void test_build_split(void **state)
+{
+	static const uint8_t hdr[EVR__HDR_BYTES] = {1, 2, 3, 4, 5, 6, 7, 8};
+	static const uint8_t payload[] = "0123456789abcdef";
+	static const uint32_t lens[] = {16, 0, 5};
+	struct evr__sq sq;
+	unsigned i, n = sizeof(lens) / sizeof(lens[0]);
+
+	(void)state;
+	evr__sq_init(&sq, FAKE_QP, 64, 1, on_done, NULL, chain_of(64));
+	/* a plain op first: its one SGE must not be overwritten */
+	ops[0].opcode = IBV_WR_SEND;
+	ops[0].wqe.laddr = (uintptr_t)mem;
+	ops[0].wqe.len = 3;
+	ops[0].wqe.lkey = 77;
+	evr__sq_add(&sq, &ops[0]);
+	for (i = 0; i < n; i++) {
+		struct evr__op *op = &ops[1 + i];
+
+		op->opcode = IBV_WR_SEND;
+		op->split = true;
+		op->send_flags = IBV_SEND_INLINE;
+		memcpy(op->ihdr, hdr, sizeof(hdr));
+		op->ihdr[0] = (uint8_t)(0x40 + i);
+		op->wqe.laddr = (uintptr_t)payload + i;
+		op->wqe.len = lens[i];
+		evr__sq_add(&sq, op);
+	}
+	memset(mem, 0x5a, 3);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_int_equal(mock.post_send_calls, 1);
+	assert_int_equal(mock_wrs.nsend, n + 1);
+	assert_int_equal(mock_wrs.send[0].len, 3);
+	assert_int_equal(mock_wrs.send[0].lkey, 77);
+	assert_memory_equal(mock_wrs.send[0].data, mem, 3);
+	for (i = 0; i < n; i++) {
+		const struct mock_wr *w = &mock_wrs.send[1 + i];
+
+		assert_int_equal(w->opcode, IBV_WR_SEND);
+		assert_true(w->flags & IBV_SEND_INLINE);
+		assert_int_equal(w->len, EVR__HDR_BYTES + lens[i]);
+		assert_int_equal(w->data[0], 0x40 + i);
+		assert_memory_equal(w->data + 1, hdr + 1, EVR__HDR_BYTES - 1);
+		if (lens[i])
+			assert_memory_equal(w->data + EVR__HDR_BYTES,
+					    payload + i, lens[i]);
+	}
+}
+
 /* A driver that fails without setting *bad: nothing can be assumed
  * posted, every op of the batch fails. */
 static void test_post_failure_no_bad(void **state)
@@ -630,6 +683,41 @@ static void test_post_failure_no_bad(void **state)
 		assert_int_equal(done_log.status[i], -EINVAL);
 	}
 	assert_int_equal(evr__sq_room(&sq), 32);
+}
+
+/* A batch of one op (posted without the chain array): posted, it is
+ * outstanding and completes once; refused, it fails once with the post's
+ * error and leaves the SQ empty. */
+static void test_single_op(void **state)
+{
+	struct evr__sq sq;
+
+	(void)state;
+	evr__sq_init(&sq, FAKE_QP, 8, 4, on_done, NULL, chain_of(8));
+	add_range(&sq, 0, 1);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_int_equal(mock.post_send_calls, 1);
+	assert_int_equal(mock_wrs.nsend, 1);
+	assert_int_equal(mock_wrs.send[0].len, 0); /* op 0: i % 3 */
+	assert_true(signaled(&ops[0])); /* the batch's tail */
+	assert_int_equal(sq.outstanding, 1);
+	assert_int_equal(sq.nbatch, 0);
+	check_room(&sq);
+	evr__sq_complete(&sq, &ops[0], 0);
+	assert_int_equal(done_log.n, 1);
+	assert_int_equal(done_log.status[0], 0);
+	check_room(&sq);
+
+	mock.post_send_rc = -ENOMEM;
+	add_range(&sq, 1, 1);
+	assert_int_equal(evr__sq_commit(&sq), -ENOMEM);
+	assert_int_equal(done_log.n, 2);
+	assert_ptr_equal(done_log.op[1], &ops[1]);
+	assert_int_equal(done_log.status[1], -ENOMEM);
+	assert_int_equal(times_done[1], 1);
+	assert_int_equal(sq.outstanding, 0);
+	assert_int_equal(evr__sq_room(&sq), 8);
+	check_room(&sq);
 }
 
 /* Abandon (QP destroyed without flushes): posted ops, then the open
@@ -707,6 +795,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_chains_per_batch, setup),
 	    cmocka_unit_test_setup(test_one_post_with_chain, setup),
 	    cmocka_unit_test_setup(test_build_opcodes, setup),
+	    cmocka_unit_test_setup(test_build_split, setup),
 	    cmocka_unit_test_setup(test_signal_interval, setup),
 	    cmocka_unit_test_setup(test_interval_clamped, setup),
 	    cmocka_unit_test_setup(test_quiet_tail, setup),
@@ -716,6 +805,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_post_failure_mid_chain, setup),
 	    cmocka_unit_test_setup(test_post_failure_later_chain, setup),
 	    cmocka_unit_test_setup(test_post_failure_no_bad, setup),
+	    cmocka_unit_test_setup(test_single_op, setup),
 	    cmocka_unit_test_setup(test_abandon, setup),
 	    cmocka_unit_test_setup(test_room_accounting, setup),
 	};
