@@ -232,16 +232,21 @@ struct evr_ctx_opts {
 	 *  checked every window_idle_ms: credits go back 1 to 2 times it
 	 *  after the last send.  0: the default, 2000; UINT_MAX: never. */
 	unsigned window_idle_ms;
-	/** ADAPTIVE, while in EVENT: after posting, poll the CQs up to this
-	 *  long (us) before sleeping -- spin, then block -- so that an
-	 *  answer that comes within it (a request's reply, a reply's next
-	 *  request) is taken without a wakeup; each completion it takes
-	 *  that produces another post starts the spin anew.  It costs up to
-	 *  this much CPU per message sent while the traffic is too light to
-	 *  switch to POLL, and nothing while idle.  0: the environment
-	 *  variable EVR_ADAPT_SPIN_US, else the default, 50; UINT_MAX (or
-	 *  EVR_ADAPT_SPIN_US=0): never spin.  evr_stats.spin_hits counts
-	 *  what it took. */
+	/** ADAPTIVE, while in EVENT: after posting a message or a one-sided
+	 *  operation (not the library's own credit updates), poll the CQs
+	 *  at least this long (us) before sleeping -- spin, then block --
+	 *  so that an answer that comes within it (a request's reply, a
+	 *  reply's next request) is taken without a wakeup; each completion
+	 *  it takes that produces another post starts the spin anew.  Where
+	 *  answers take longer, the spin follows them: the time from a post
+	 *  to the next message received, averaged, with half again as
+	 *  margin, up to 16 times this value; answers slower than that are
+	 *  waited for asleep after the short spin.  It costs up to the
+	 *  spin's length in CPU per message sent while the traffic is too
+	 *  light to switch to POLL, and nothing while idle.  0: the
+	 *  environment variable EVR_ADAPT_SPIN_US, else the default, 50;
+	 *  UINT_MAX (or EVR_ADAPT_SPIN_US=0): never spin.
+	 *  evr_stats.spin_hits counts what it took. */
 	unsigned adapt_spin_us;
 };
 

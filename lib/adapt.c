@@ -97,3 +97,60 @@ bool evr__adapt_poll(struct evr__adapt *a, uint64_t now_ns, unsigned ncqe)
 	a->switches++;
 	return true;
 }
+
+/* ---- the spin after a post ---- */
+
+void evr__spin_init(struct evr__spin *s, uint64_t base_ns)
+{
+	s->base_ns = base_ns;
+	s->avg_ns = 0;
+	s->backoff = 0;
+	s->misses = 0;
+}
+
+void evr__spin_answer(struct evr__spin *s, uint64_t took_ns, bool spun)
+{
+	/* one stall (the peer preempted) moves the average by a bounded
+	 * amount: a quarter of at most twice the bound */
+	uint64_t cap = 2 * EVR_SPIN_STRETCH * s->base_ns;
+
+	if (spun)
+		s->misses = 0;
+	if (took_ns > cap)
+		took_ns = cap;
+	if (!s->avg_ns)
+		s->avg_ns = took_ns ? took_ns : 1;
+	else if (took_ns >= s->avg_ns)
+		s->avg_ns += (took_ns - s->avg_ns) / 4;
+	else
+		s->avg_ns -= (s->avg_ns - took_ns) / 4;
+}
+
+uint64_t evr__spin_len(const struct evr__spin *s)
+{
+	uint64_t want = s->avg_ns + s->avg_ns / 2;
+
+	if (want <= s->base_ns || want > EVR_SPIN_STRETCH * s->base_ns)
+		return s->base_ns;
+	return want;
+}
+
+uint64_t evr__spin_begin(struct evr__spin *s)
+{
+	if (s->backoff) {
+		s->backoff--;
+		return s->base_ns;
+	}
+	return evr__spin_len(s);
+}
+
+void evr__spin_missed(struct evr__spin *s, uint64_t spun_ns)
+{
+	if (spun_ns <= s->base_ns)
+		return; /* the short spin: the answer is slower, as known */
+	if (++s->misses < EVR_SPIN_MISSES)
+		return; /* a late answer, once: the average takes it in */
+	s->misses = 0;
+	s->avg_ns = 0;
+	s->backoff = EVR_SPIN_BACKOFF;
+}

@@ -52,4 +52,35 @@ bool evr__adapt_poll(struct evr__adapt *a, uint64_t now_ns, unsigned ncqe);
 /* Forced mode (evr_ctx_set_mode or a test): resets the counters. */
 void evr__adapt_force(struct evr__adapt *a, bool polling, uint64_t now_ns);
 
+/* ADAPTIVE's spin after a post, while in EVENT (loop.c): how long to poll
+ * for the answer before sleeping.  At least base_ns (adapt_spin_us); when
+ * answers have been taking longer, the time they take (a running average
+ * of post-to-answer times, with half again as margin), up to
+ * EVR_SPIN_STRETCH times base_ns.  Answers slower than that are waited
+ * for asleep: spinning would cost the whole bound per message for
+ * nothing, so the spin falls back to base_ns.  EVR_SPIN_MISSES longer
+ * spins in a row that end without their answer forget the average and
+ * spin base_ns for the next EVR_SPIN_BACKOFF posts: an answer that cannot
+ * come while we spin (its sender runs on our own loop, or waits for
+ * something we do) must not cost a long spin per message. */
+#define EVR_SPIN_STRETCH 16
+#define EVR_SPIN_MISSES 2
+#define EVR_SPIN_BACKOFF 64
+struct evr__spin {
+	uint64_t base_ns;
+	uint64_t avg_ns;   /* 0: no answer timed yet */
+	uint32_t backoff;  /* posts left to spin base_ns only */
+	uint32_t misses;   /* longer spins in a row without their answer */
+};
+void evr__spin_init(struct evr__spin *s, uint64_t base_ns);
+/* One answer came took_ns after the post it answers: during the spin
+ * (spun) or after it, found by a wakeup. */
+void evr__spin_answer(struct evr__spin *s, uint64_t took_ns, bool spun);
+/* How long the spin after the next post should be, without the backoff. */
+uint64_t evr__spin_len(const struct evr__spin *s);
+/* A post: how long to spin for its answer (0 when base_ns is 0). */
+uint64_t evr__spin_begin(struct evr__spin *s);
+/* A spin of spun_ns ended without an answer. */
+void evr__spin_missed(struct evr__spin *s, uint64_t spun_ns);
+
 #endif

@@ -1253,6 +1253,10 @@ void evr__conn_flush(evr_conn *c)
 			evr__op_complete(op, err);
 			continue;
 		}
+		/* a read or a probe awaits its completion (loop.c's spin);
+		 * a credit update, a FIN, a BYE, nothing */
+		if (op->kind != EVR_OP_CTRL)
+			ctx->answer_posts++;
 		evr__sq_add(&c->sq, op);
 	}
 	while ((op = evr__list_first_entry(&c->sendq, struct evr__op, h.link)) &&
@@ -1272,6 +1276,7 @@ void evr__conn_flush(evr_conn *c)
 			evr__op_complete(op, err);
 			continue;
 		}
+		ctx->answer_posts++;
 		evr__sq_add(&c->sq, op);
 	}
 	if (c->gave_back)

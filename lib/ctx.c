@@ -171,6 +171,7 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	ctx->mode = opts->mode;
 	ctx->polling = opts->mode == EVR_MODE_POLL;
 	evr__adapt_init(&ctx->adapt, &ctx->tune.adapt, evr__loop_ns(ctx));
+	evr__spin_init(&ctx->spin, (uint64_t)ctx->tune.spin_us * 1000);
 
 	evr__loop_start(ctx);
 	if (ctx->verbs) {

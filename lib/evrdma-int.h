@@ -746,7 +746,16 @@ struct evr_ctx {
 	bool need_arm;	    /* back to EVENT: arm + re-poll in on_prepare */
 	bool cm_more;	    /* rdma_cm events left for the next iteration */
 	struct evr__adapt adapt;
-	uint64_t spin_mark; /* post_send_calls at the last spin's last post */
+	/* ops posted that await an answer or a completion: the user's and
+	 * rendezvous reads, not credit updates, FINs or BYEs (conn.c) */
+	uint64_t answer_posts;
+	uint64_t spin_mark; /* answer_posts at the last spin's last post */
+	/* the spin's length (adapt.h): post-to-answer times, the post's
+	 * time and msgs_recv then, while an answer is awaited (t0 != 0) */
+	struct evr__spin spin;
+	uint64_t spin_ns; /* the length of the spin under way */
+	double spin_t0;
+	uint64_t spin_recv;
 	struct evr__tune tune;
 	evr_mode_cb mode_cb;
 	void *mode_arg;

@@ -11,7 +11,8 @@
  *            (runq.c): every flush and state step, so everything submitted
  *            during the iteration is posted (one ibv_post_send per QP);
  *            in ADAPTIVE's EVENT phase, then spin a while for the answer
- *            to what was posted before arming (spin_then_block)
+ *            to what was posted before arming (spin_then_block: as long
+ *            as answers have been taking, within bounds, adapt.h)
  *   check_w  ev_check: in POLL mode, poll the CQs after every loop wakeup,
  *            and on while completions keep coming (up to a budget)
  *   idle_w   ev_idle: active only in POLL mode, keeps the loop from sleeping
@@ -96,34 +97,72 @@ static void on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 static void to_poll(evr_ctx *ctx)
 {
 	evr__loop_set_polling(ctx, true);
+	ctx->spin_t0 = 0; /* POLL takes answers as they come */
 	ctx->st.mode_switches++;
 	if (ctx->mode_cb)
 		ctx->mode_cb(ctx, EVR_MODE_POLL, ctx->mode_arg);
 }
 
-/* ADAPTIVE in EVENT, something was posted since the last spin: poll for
- * the answer a while before sleeping (evr_ctx_opts.adapt_spin_us).  A
+/* ADAPTIVE in EVENT, something that awaits an answer or a completion was
+ * posted since the last spin (a message, a one-sided op, a rendezvous
+ * read; not a credit update, a FIN or a BYE): poll for the answer a while
+ * before sleeping (evr_ctx_opts.adapt_spin_us).  A
  * completion taken here needs no wakeup; one whose callbacks post again
  * starts the spin anew, up to EVR_CHECK_BUDGET completions, after which
  * the loop runs its other watchers and the next prepare spins on. */
 static bool spin_wanted(const evr_ctx *ctx)
 {
 	return ctx->tune.spin_us && ctx->mode == EVR_MODE_ADAPTIVE &&
-	       !ctx->polling && ctx->st.post_send_calls != ctx->spin_mark;
+	       !ctx->polling && ctx->answer_posts != ctx->spin_mark;
+}
+
+/* A post at now: its answer is awaited from now, by a spin of
+ * ctx->spin_ns (adapt.h). */
+static double spin_start(evr_ctx *ctx, double now)
+{
+	ctx->spin_t0 = now;
+	ctx->spin_recv = ctx->st.msgs_recv;
+	ctx->spin_ns = evr__spin_begin(&ctx->spin);
+	return now + (double)ctx->spin_ns * 1e-9;
+}
+
+/* Completions were taken at now: if a message came among them, it is the
+ * answer to the post at spin_t0 (by the spin, or by the wakeup after it:
+ * then the time includes the wakeup's, which the next spin will cover). */
+static void spin_timed(evr_ctx *ctx, double now, bool spun)
+{
+	if (ctx->spin_t0 != 0 && ctx->st.msgs_recv != ctx->spin_recv) {
+		evr__spin_answer(&ctx->spin,
+				 (uint64_t)((now - ctx->spin_t0) * 1e9), spun);
+		ctx->spin_t0 = 0;
+	}
 }
 
 static void spin_then_block(evr_ctx *ctx)
 {
-	double spin = ctx->tune.spin_us * 1e-6, end = ev_time() + spin;
+	double now, end = spin_start(ctx, ev_time());
 	unsigned n, total = 0;
 
-	ctx->spin_mark = ctx->st.post_send_calls;
+	ctx->spin_mark = ctx->answer_posts;
 	while (ctx->mode == EVR_MODE_ADAPTIVE && !ctx->polling) {
 		n = evr__cq_poll_all(ctx, 256);
 		if (!n) {
-			if (ev_time() >= end)
+			if (ev_time() >= end) {
+				/* the wakeup times the answer */
+				if (ctx->spin_t0 != 0)
+					evr__spin_missed(&ctx->spin,
+							 ctx->spin_ns);
 				return;
+			}
 			continue;
+		}
+		if (ctx->spin_t0 != 0) {
+			now = ev_time();
+			spin_timed(ctx, now, true);
+			/* answered: what else comes soon is taken by a spin
+			 * of base length, not of the longer one */
+			if (ctx->spin_t0 == 0)
+				end = EVR__MIN(end, now + ctx->spin.base_ns * 1e-9);
 		}
 		ctx->st.spin_hits += n;
 		total += n;
@@ -136,9 +175,9 @@ static void spin_then_block(evr_ctx *ctx)
 			return;
 		}
 		evr__ctx_progress(ctx);
-		if (ctx->st.post_send_calls != ctx->spin_mark) {
-			ctx->spin_mark = ctx->st.post_send_calls;
-			end = ev_time() + spin; /* an answer is due again */
+		if (ctx->answer_posts != ctx->spin_mark) {
+			ctx->spin_mark = ctx->answer_posts;
+			end = spin_start(ctx, ev_time()); /* an answer is due */
 		}
 		if (total >= EVR_CHECK_BUDGET) {
 			ctx->spin_mark--; /* the next prepare spins on */
@@ -319,6 +358,8 @@ void evr__loop_on_cq_channel(struct ev_loop *loop, ev_io *w, int revents)
 	(void)revents;
 	evr__cq_take_event(ctx);
 	n = evr__cq_poll_all(ctx, ~0u);
+	if (n)
+		spin_timed(ctx, ev_time(), false);
 	up = ctx->mode == EVR_MODE_ADAPTIVE &&
 	     evr__adapt_wakeup(&ctx->adapt, evr__loop_ns(ctx), n);
 	if (!ctx->polling && !up) {

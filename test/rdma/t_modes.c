@@ -11,6 +11,7 @@
 #include "rt_drive.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 
 struct flow {
@@ -305,6 +306,11 @@ static void spin_cli_recv(evr_conn *c, const void *data, size_t len,
 	r->got++;
 }
 
+static int rt_pair_up_pred2(void *arg)
+{
+	return ((struct rt_side *)arg)->connects > 0;
+}
+
 static int spin_got(void *arg)
 {
 	struct spin_run *r = arg;
@@ -390,6 +396,205 @@ static void test_spin_embed(void **state)
 	run_spin(RT_EMBED, false);
 }
 
+/*
+ * The spin follows a peer that answers later than adapt_spin_us: a server
+ * on a thread of its own (its own ctx and loop, POLL) that takes 2.5 times
+ * the client's spin to answer each ping.  The client's first pings spin,
+ * miss and wait for a wakeup; the times those answers took make the spin
+ * longer, and from then on the answers come within it: at least half of
+ * the later pings are answered without a wakeup.  Without the longer spin
+ * none would be (the client sends without callbacks: nothing else
+ * completes).  On both driving paths; idle afterwards, nothing is polled.
+ */
+#define STRETCH_PINGS 12
+#define STRETCH_LEARN 4 /* pings the client may need to time the answers */
+
+struct slow_srv {
+	double delay; /* seconds each answer takes */
+	pthread_t tid;
+	struct ev_loop *loop;
+	evr_ctx *ctx;
+	int port, fail, conns; /* atomics */
+	uint8_t echo[64];
+};
+
+static void slow_recv(evr_conn *c, const void *data, size_t len, void *arg)
+{
+	struct slow_srv *s = arg;
+	double until = rt_now() + s->delay;
+
+	while (rt_now() < until)
+		; /* a slow service */
+	if (len > sizeof(s->echo) ||
+	    (memcpy(s->echo, data, len),
+	     evr_send(c, s->echo, len, NULL, NULL)))
+		__atomic_store_n(&s->fail, 1, __ATOMIC_RELEASE);
+}
+
+static void slow_up(evr_conn *c, int status, void *arg)
+{
+	struct slow_srv *s = arg;
+
+	(void)c;
+	if (status)
+		__atomic_store_n(&s->fail, 1, __ATOMIC_RELEASE);
+	else
+		__atomic_add_fetch(&s->conns, 1, __ATOMIC_ACQ_REL);
+}
+
+static void slow_accept(evr_listener *l, evr_conn_req *req, const void *ud,
+			size_t ulen, void *arg)
+{
+	struct evr_conn_opts o;
+
+	(void)l;
+	(void)ud;
+	(void)ulen;
+	evr_conn_opts_init(&o);
+	o.on_connect = slow_up;
+	o.on_recv = slow_recv;
+	o.arg = arg;
+	if (evr_accept(req, &o, NULL))
+		__atomic_store_n(&((struct slow_srv *)arg)->fail, 1,
+				 __ATOMIC_RELEASE);
+}
+
+static void slow_stop(evr_ctx *ctx, void *arg)
+{
+	struct slow_srv *s = arg;
+
+	(void)ctx;
+	ev_break(s->loop, EVBREAK_ALL);
+}
+
+static void *slow_main(void *arg)
+{
+	struct slow_srv *s = arg;
+	struct evr_ctx_opts o;
+	evr_listener *l;
+	int port = -1;
+
+	rt_ctx_opts(&o);
+	o.mode = EVR_MODE_POLL;
+	s->loop = ev_loop_new(EVFLAG_AUTO);
+	if (s->loop && evr_ctx_create(&s->ctx, s->loop, &o) == 0 &&
+	    evr_listen(s->ctx, rt_addr(), 0, 4, slow_accept, s, &l) == 0)
+		port = evr_listener_port(l);
+	__atomic_store_n(&s->port, port, __ATOMIC_RELEASE);
+	if (port > 0)
+		ev_run(s->loop, 0); /* until slow_stop */
+	if (s->ctx)
+		evr_ctx_destroy(s->ctx);
+	if (s->loop)
+		ev_loop_destroy(s->loop);
+	return NULL;
+}
+
+static int slow_port_pred(void *arg)
+{
+	return __atomic_load_n(&((struct slow_srv *)arg)->port,
+			       __ATOMIC_ACQUIRE) != 0;
+}
+
+static int slow_closed_pred(void *arg)
+{
+	return ((struct rt_side *)arg)->closes > 0;
+}
+
+static int stretch_got(void *arg)
+{
+	struct spin_run *r = arg;
+
+	return r->got == (unsigned)r->ping[0];
+}
+
+static void run_stretch(enum rt_path path)
+{
+	double k = rt_timeout_scale();
+	unsigned base_us = (unsigned)(2000 * k), i;
+	struct slow_srv s = {.delay = 2.5 * base_us * 1e-6};
+	struct evr_stats st0, st1, st2;
+	struct evr_ctx_opts o;
+	struct spin_run r = {0};
+	struct rt_side cli = {0};
+	struct evr_conn_opts co;
+	struct rt_drv d;
+	evr_ctx *ctx;
+	double t;
+
+	assert_int_equal(pthread_create(&s.tid, NULL, slow_main, &s), 0);
+	t = rt_now() + 20 * k;
+	while (!slow_port_pred(&s) && rt_now() < t)
+		usleep(1000);
+	assert_true(__atomic_load_n(&s.port, __ATOMIC_ACQUIRE) > 0);
+
+	rt_drv_init(&d, path);
+	rt_ctx_opts(&o);
+	o.adapt_spin_us = base_us;
+	assert_int_equal(evr_ctx_create(&ctx, rt_drv_loop(&d), &o), 0);
+	rt_drv_attach(&d, ctx);
+	evr_conn_opts_init(&co);
+	co.on_connect = rt_side_connect;
+	co.on_close = rt_side_close;
+	co.on_recv = spin_cli_recv;
+	co.arg = &cli;
+	cli.user = &r;
+	assert_int_equal(evr_connect(ctx, rt_addr(), (uint16_t)s.port, &co,
+				     NULL),
+			 0);
+	assert_int_equal(rt_drv_run_until(&d, rt_pair_up_pred2, &cli, 20), 0);
+	assert_non_null(cli.conn);
+	assert_int_equal(evr_ctx_mode(ctx), EVR_MODE_EVENT); /* ADAPTIVE */
+	rt_drv_run_for(&d, 0.2);
+	for (i = 1; i <= STRETCH_PINGS; i++) {
+		if (i == STRETCH_LEARN + 1)
+			evr_ctx_stats(ctx, &st0);
+		memset(r.ping, (int)i, sizeof(r.ping));
+		assert_int_equal(
+		    evr_send(cli.conn, r.ping, sizeof(r.ping), NULL, NULL), 0);
+		assert_int_equal(rt_drv_run_until(&d, stretch_got, &r, 20), 0);
+		rt_drv_run_for(&d, 0.03);
+	}
+	rt_drv_run_for(&d, 0.2); /* the last spin ends */
+	evr_ctx_stats(ctx, &st1);
+	rt_drv_run_for(&d, 0.5);
+	evr_ctx_stats(ctx, &st2);
+	printf("# %s, spin %u us, answers in %.1f ms: %u pings, the last %u "
+	       "with %llu wakeups and %llu answers taken by the spin\n",
+	       rt_path_name(path), base_us, s.delay * 1e3, r.got,
+	       STRETCH_PINGS - STRETCH_LEARN,
+	       (unsigned long long)(st1.wakeups - st0.wakeups),
+	       (unsigned long long)(st1.spin_hits - st0.spin_hits));
+	assert_int_equal(r.got, STRETCH_PINGS);
+	assert_int_equal(__atomic_load_n(&s.fail, __ATOMIC_ACQUIRE), 0);
+	assert_int_equal(st1.mode_switches, st0.mode_switches); /* no POLL */
+	assert_true(st1.spin_hits - st0.spin_hits >=
+		    (STRETCH_PINGS - STRETCH_LEARN) / 2);
+	/* idle: no spin, no poll */
+	assert_int_equal(st2.polls, st1.polls);
+
+	assert_int_equal(evr_conn_close(cli.conn, 0), 0);
+	assert_int_equal(rt_drv_run_until(&d, slow_closed_pred, &cli, 20), 0);
+	assert_int_equal(evr_ctx_call(s.ctx, slow_stop, &s), 0);
+	assert_int_equal(pthread_join(s.tid, NULL), 0);
+	assert_int_equal(__atomic_load_n(&s.conns, __ATOMIC_ACQUIRE), 1);
+	rt_drv_detach(&d);
+	evr_ctx_destroy(ctx);
+	rt_drv_fini(&d);
+}
+
+static void test_stretch_libev(void **state)
+{
+	(void)state;
+	run_stretch(RT_LIBEV);
+}
+
+static void test_stretch_embed(void **state)
+{
+	(void)state;
+	run_stretch(RT_EMBED);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -397,6 +602,8 @@ int main(void)
 		cmocka_unit_test(test_adaptive_follows_load),
 		cmocka_unit_test(test_spin_libev),
 		cmocka_unit_test(test_spin_embed),
+		cmocka_unit_test(test_stretch_libev),
+		cmocka_unit_test(test_stretch_embed),
 	};
 
 	rt_init(600);

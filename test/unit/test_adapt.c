@@ -562,6 +562,100 @@ static void test_force_resets(void **state)
 	assert_true(evr__adapt_wakeup(&a, t + 2 * MS, dflt.up_batch));
 }
 
+/* The spin after a post: the base until answers are timed; then the
+ * answers' time with half again as margin while that is within 16 times
+ * the base, the base beyond; the average follows a changed answer time
+ * within a few answers, and one stall moves it by a bounded amount. */
+static void test_spin_len(void **state)
+{
+	const uint64_t base = 50 * US;
+	struct evr__spin s;
+	unsigned k;
+
+	(void)state;
+	evr__spin_init(&s, base);
+	assert_int_equal(evr__spin_len(&s), base);
+	/* answers within the base: the base */
+	for (k = 0; k < 8; k++)
+		evr__spin_answer(&s, 20 * US, false);
+	assert_int_equal(evr__spin_len(&s), base);
+	/* answers at 300 us (an emulated round trip): spin 450 us */
+	for (k = 0; k < 40; k++)
+		evr__spin_answer(&s, 300 * US, false);
+	assert_true(evr__spin_len(&s) >= 440 * US);
+	assert_true(evr__spin_len(&s) <= 450 * US);
+	/* one stall of a second: the spin falls back to the base for a
+	 * while, not for ever */
+	evr__spin_answer(&s, 1000 * MS, false);
+	assert_true(s.avg_ns <= 300 * US + (2 * 16 * base) / 4 + 1);
+	for (k = 0; k < 12; k++)
+		evr__spin_answer(&s, 300 * US, false);
+	assert_true(evr__spin_len(&s) >= 440 * US);
+	assert_true(evr__spin_len(&s) <= 16 * base);
+	/* a peer that answers in 5 ms (think time, a server waiting for the
+	 * next request): never spin that long, the base */
+	for (k = 0; k < 40; k++)
+		evr__spin_answer(&s, 5 * MS, false);
+	assert_int_equal(evr__spin_len(&s), base);
+	/* just within the bound: 16 x base / 1.5 */
+	evr__spin_init(&s, base);
+	evr__spin_answer(&s, 16 * base * 2 / 3, false);
+	assert_true(evr__spin_len(&s) > 16 * base - 2);
+	assert_true(evr__spin_len(&s) <= 16 * base);
+	evr__spin_init(&s, base);
+	evr__spin_answer(&s, 16 * base * 2 / 3 + 2, false);
+	assert_int_equal(evr__spin_len(&s), base);
+	/* base 0 (EVR_ADAPT_SPIN_US=0): never spin, whatever the answers */
+	evr__spin_init(&s, 0);
+	for (k = 0; k < 8; k++)
+		evr__spin_answer(&s, 300 * US, false);
+	assert_int_equal(evr__spin_len(&s), 0);
+}
+
+/* Longer spins that miss their answer twice in a row (the answer cannot
+ * come while we spin) forget the average: the next EVR_SPIN_BACKOFF posts
+ * spin the base only, then the answers timed meanwhile count again.  One
+ * miss, or misses with an answer taken by a spin between them, or a short
+ * spin missing, change nothing. */
+static void test_spin_backoff(void **state)
+{
+	const uint64_t base = 50 * US;
+	struct evr__spin s;
+	uint64_t len;
+	unsigned k;
+
+	(void)state;
+	evr__spin_init(&s, base);
+	evr__spin_answer(&s, 300 * US, false);
+	len = evr__spin_begin(&s);
+	assert_int_equal(len, 450 * US);
+	/* the short spin missing is the known case: no change */
+	evr__spin_missed(&s, base);
+	evr__spin_missed(&s, base);
+	assert_int_equal(evr__spin_begin(&s), 450 * US);
+	/* a long one missing once, then a hit, then once more: no change */
+	evr__spin_missed(&s, len);
+	evr__spin_answer(&s, 300 * US, true);
+	evr__spin_missed(&s, len);
+	assert_int_equal(evr__spin_begin(&s), 450 * US);
+	/* twice in a row (a wakeup's answer between them does not count):
+	 * base for the next 64 posts */
+	evr__spin_answer(&s, 300 * US, false);
+	evr__spin_missed(&s, len);
+	assert_int_equal(s.avg_ns, 0);
+	for (k = 0; k < EVR_SPIN_BACKOFF; k++) {
+		assert_int_equal(evr__spin_begin(&s), base);
+		evr__spin_answer(&s, 300 * US, false); /* by the wakeups */
+	}
+	assert_int_equal(evr__spin_begin(&s), 450 * US);
+	/* base 0: begin never spins, a miss changes nothing */
+	evr__spin_init(&s, 0);
+	evr__spin_answer(&s, 300 * US, false);
+	assert_int_equal(evr__spin_begin(&s), 0);
+	evr__spin_missed(&s, 0);
+	assert_int_equal(evr__spin_begin(&s), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -580,6 +674,8 @@ int main(void)
 	    cmocka_unit_test(test_switch_counter),
 	    cmocka_unit_test(test_rules_disabled),
 	    cmocka_unit_test(test_force_resets),
+	    cmocka_unit_test(test_spin_len),
+	    cmocka_unit_test(test_spin_backoff),
 	};
 
 	cfg_default(&dflt);
