@@ -568,8 +568,13 @@ static void run_stretch(enum rt_path path)
 	assert_int_equal(r.got, STRETCH_PINGS);
 	assert_int_equal(__atomic_load_n(&s.fail, __ATOMIC_ACQUIRE), 0);
 	assert_int_equal(st1.mode_switches, st0.mode_switches); /* no POLL */
-	assert_true(st1.spin_hits - st0.spin_hits >=
-		    (STRETCH_PINGS - STRETCH_LEARN) / 2);
+	/* under valgrind the two threads take turns: no timing holds, the
+	 * run checks memory only (said, not skipped silently) */
+	if (rt_on_valgrind())
+		printf("# under valgrind: the spin's share is not checked\n");
+	else
+		assert_true(st1.spin_hits - st0.spin_hits >=
+			    (STRETCH_PINGS - STRETCH_LEARN) / 2);
 	/* idle: no spin, no poll */
 	assert_int_equal(st2.polls, st1.polls);
 
