@@ -173,35 +173,6 @@ static int post_chain(struct evr__sq *sq, unsigned n, struct ibv_send_wr *wrs,
 	return rc;
 }
 
-/* A batch of one op (a ping-pong's every post): its WR built on the
- * stack, no chain. */
-static int post_one(struct evr__sq *sq, struct evr__op *op)
-{
-	struct ibv_send_wr wr, *bad;
-	struct ibv_sge sge[EVR__WR_SGES];
-	int rc;
-
-	build_wr(op, &wr, sge);
-	wr.next = NULL;
-	rc = evr__post_send(sq->qp, &wr, &bad);
-	if (sq->st)
-		sq->st->post_send_calls++;
-	if (rc) {
-		batch_pop(sq);
-		sq->done(op, rc);
-		return rc;
-	}
-	evr__list_del(&op->h.link);
-	sq->nbatch = 0;
-	evr__list_add_tail(&sq->posted, &op->h.link);
-	sq->outstanding++;
-	if (sq->st) {
-		sq->st->send_wrs++;
-		sq->st->signaled_wrs += !!(op->send_flags & IBV_SEND_SIGNALED);
-	}
-	return 0;
-}
-
 int evr__sq_commit(struct evr__sq *sq)
 {
 	const struct evr__wr_chain *ch = sq->chain;
@@ -216,8 +187,13 @@ int evr__sq_commit(struct evr__sq *sq)
 		last->send_flags |= IBV_SEND_SIGNALED;
 		sq->unsig_run = 0;
 	}
-	if (sq->nbatch == 1)
-		return post_one(sq, last);
+	if (sq->nbatch == 1) {
+		/* a ping-pong's every post: its WR on the stack */
+		struct ibv_send_wr wr;
+		struct ibv_sge sge[EVR__WR_SGES];
+
+		rc = post_chain(sq, 1, &wr, sge);
+	}
 	while (sq->nbatch && rc == 0)
 		rc = post_chain(sq, EVR__MIN(sq->nbatch, ch->cap), ch->wr,
 				ch->sge);
