@@ -9,7 +9,9 @@
  *  - A call that takes a callback and returns an error never invokes that
  *    callback.  A call that returns 0 invokes it exactly once, later, from
  *    loop processing -- never from inside the submitting call -- also when
- *    the operation fails, is flushed or its connection is closed.
+ *    the operation fails, is flushed or its connection is closed.  (One
+ *    call ends another's operation at once: evr_call_cancel() may fire
+ *    the cancelled call's callback from inside itself.)
  *  - Handles are opaque and allocated by the library.  Who owns what, and
  *    for how long a pointer stays valid, is written on each prototype.
  *  - A context (evr_ctx) and everything created from it belong to one loop
@@ -429,6 +431,17 @@ struct evr_stats {
 	/** Completions taken by ADAPTIVE's spin after a post, each without a
 	 *  wakeup (evr_ctx_opts.adapt_spin_us). */
 	uint64_t spin_hits;
+	/** Calls (evr_call): made, and ended with a reply, at the deadline,
+	 *  by evr_call_cancel(); replies and rendezvous finishes that came
+	 *  for calls no longer in flight (dropped); requests delivered to
+	 *  on_request, and those the caller gave up before they were
+	 *  answered (not delivered when not yet read); requests that came
+	 *  to a conn without on_request (dropped).  A call its conn's end
+	 *  ended counts in calls only; a request cancelled after its
+	 *  delivery counts in both requests and requests_cancelled. */
+	uint64_t calls, calls_ok, calls_expired, calls_cancelled;
+	uint64_t late_replies;
+	uint64_t requests, requests_cancelled, requests_unserved;
 };
 
 EVR_EXPORT void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out);
@@ -487,7 +500,8 @@ EVR_EXPORT int evr_ctx_process(evr_ctx *ctx);
 /** How long the host loop may sleep: 0 (call evr_ctx_process() again
  *  right away), a positive number of ms until the next deadline of the
  *  ctx (rounded up) -- the earliest of every conn's connect bound, graceful
- *  close bound, flush bound and keepalive tick -- or -1 (no deadline: until
+ *  close bound, flush bound and keepalive tick, and of every call's
+ *  deadline -- or -1 (no deadline: until
  *  the fd is readable).  An idle conn with keepalive on has a tick every
  *  keepalive_ms / 2, and one whose peer lends it a window a tick every
  *  window_idle_ms. */
@@ -531,6 +545,15 @@ typedef void (*evr_close_cb)(evr_conn *conn, int status, void *arg);
  *  reached the limit (an evr_send returned -ENOBUFS). */
 typedef void (*evr_drain_cb)(evr_conn *conn, void *arg);
 
+typedef struct evr_request evr_request;
+
+/** A call's request arrived (the serving side, evr_conn_opts.on_request):
+ *  req is the handle to answer it with (evr_reply) or drop it with
+ *  (evr_request_drop), exactly once, from here or any time later.  data
+ *  is valid only during the call unless evr_conn_hold() takes it. */
+typedef void (*evr_request_cb)(evr_conn *conn, evr_request *req,
+			       const void *data, size_t len, void *arg);
+
 /* Growable like evr_ctx_opts (see there). */
 struct evr_conn_opts {
 	/** sizeof(struct evr_conn_opts) as the caller was built: set by
@@ -549,6 +572,15 @@ struct evr_conn_opts {
 	/** Keepalive idle time for this conn in ms, in place of the ctx's
 	 *  keepalive_ms: 0 takes the ctx's, -1 turns keepalive off. */
 	int keepalive_ms;
+	/** Calls (evr_call): requests that arrive are handed here.  A conn
+	 *  accepted with it set agrees to calls when the connecting side
+	 *  offers them (evr_connect always does); one without refuses them,
+	 *  and evr_call on either end returns -EOPNOTSUPP. */
+	evr_request_cb on_request;
+	/** Calls of this conn in flight at most (evr_call returns -ENOBUFS
+	 *  beyond, then on_drain fires when one ends); 0: 256.  At most
+	 *  65536: evr_connect() and the accepts refuse more with -EINVAL. */
+	unsigned max_calls;
 };
 
 /** Zero opts and record sizeof(*opts) in opts->size, as compiled into the
@@ -753,8 +785,9 @@ EVR_EXPORT evr_conn *evr_conn_ref(evr_conn *conn);
 EVR_EXPORT void evr_conn_unref(evr_conn *conn);
 
 /**
- * Keep the message being delivered past its on_recv callback (call only
- * from on_recv).  Its memory stays valid, and its receive credit stays
+ * Keep the message being delivered past its callback (call only from
+ * on_recv, on_request, or a call's callback with status 0 for its
+ * reply).  Its memory stays valid, and its receive credit stays
  * with this side, until evr_msg_release().  The handle outlives the conn.
  * NULL when called outside on_recv, or out of memory.
  */
@@ -763,6 +796,74 @@ EVR_EXPORT const void *evr_msg_data(const evr_msg *msg);
 EVR_EXPORT size_t evr_msg_len(const evr_msg *msg);
 /** Release a held message; the buffer returns to the receive ring. */
 EVR_EXPORT void evr_msg_release(evr_msg *msg);
+
+/* ------------------------------------------------------------------------ */
+/* Calls: request/response with deadlines and cancellation (docs/calls.md)  */
+
+/** A call in flight on its conn (not 0). */
+typedef uint32_t evr_call_id;
+
+/** The end of a call, exactly once: status 0 with the reply (valid during
+ *  the callback; evr_conn_hold() keeps it), -ETIMEDOUT at the deadline,
+ *  -ECANCELED after evr_call_cancel(), or the connection's error when it
+ *  ends first (as on_close reports it; -ECANCELED after a graceful
+ *  evr_conn_close(), which does not wait for replies).  When it fires, no
+ *  send of the request is left and no read of it by the peer can still
+ *  come: its buffer is the caller's again. */
+typedef void (*evr_call_cb)(evr_conn *conn, int status, const void *reply,
+			    size_t len, void *arg);
+
+/**
+ * Send req (len bytes, any size up to the peer's max_msg_size) as a call
+ * and fire cb when it ends.  req must stay valid and unchanged until cb
+ * fires.  timeout_ms bounds the whole exchange (0: no deadline): the
+ * deadline fires from the ctx's timers, as punctual as the loop is (a
+ * pass that takes many completions runs them after), but a reply that
+ * comes after it ends the call with -ETIMEDOUT all the same; *id (may
+ * be NULL) receives the call's id for evr_call_cancel().  Calls and
+ * messages share the conn; a call's request keeps its place among the
+ * messages sent.  0, or: -EINVAL (no conn, no cb, req NULL with len),
+ * -ENOTCONN (not established), -EPIPE (closing), -EOPNOTSUPP (the peer
+ * did not agree to calls, or this side, accepting, has no on_request),
+ * -EMSGSIZE (above the peer's max_msg_size), -ENOBUFS (max_calls in
+ * flight, or the send queue limit: on_drain follows), -ENOMEM; then cb
+ * never fires.
+ */
+EVR_EXPORT int evr_call(evr_conn *conn, const void *req, size_t len,
+			unsigned timeout_ms, evr_call_cb cb, void *arg,
+			evr_call_id *id);
+
+/**
+ * Give up a call: its cb fires with -ECANCELED -- at once (inside this
+ * call) when its request was not sent or its send has completed, else
+ * once the request's send and any read of it by the peer are over.  A
+ * request that was sent is cancelled at the peer too: it does not read
+ * what it has not started to read, does not deliver what it has not
+ * delivered, and its evr_reply() to one delivered returns -ECANCELED.  A reply that comes later is counted
+ * (late_replies) and dropped.  -ENOENT for a call that already ended or
+ * was cancelled (nothing changes), -EINVAL without a conn.
+ */
+EVR_EXPORT int evr_call_cancel(evr_conn *conn, evr_call_id id);
+
+/**
+ * Answer a request (any size up to the caller's max_msg_size; buf must
+ * stay valid until cb fires, as for evr_send; cb may be NULL).  The
+ * handle is spent whatever this returns (but -EINVAL for req NULL): 0, or
+ * -ENOTCONN (the conn ended or is closing), -ECANCELED (the caller gave
+ * up), -EINVAL (buf NULL with len), -EMSGSIZE, -ENOMEM -- nothing is sent
+ * then, and the caller's deadline ends its call.  A reply is not held to
+ * the send queue limit (the caller's max_calls bounds replies).  Handles
+ * must be spent before the ctx is destroyed.
+ */
+EVR_EXPORT int evr_reply(evr_request *req, const void *buf, size_t len,
+			 evr_op_cb cb, void *arg);
+/** Spend a request handle without answering (the caller's deadline, or
+ *  its cancel, ends its call). */
+EVR_EXPORT void evr_request_drop(evr_request *req);
+/** The conn a request came on.  Its memory lives as long as the handle;
+ *  once the conn has ended (evr_reply says -ENOTCONN) only what
+ *  evr_conn_ref() allows on an ended conn may be called on it. */
+EVR_EXPORT evr_conn *evr_request_conn(const evr_request *req);
 
 /* ------------------------------------------------------------------------ */
 /* Registered memory and one-sided operations                               */

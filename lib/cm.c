@@ -98,10 +98,17 @@ static int take_conn_opts(evr_ctx *ctx, const struct evr_conn_opts *in,
 			  struct evr_conn_opts *o)
 {
 	struct evr_conn_opts dflt;
+	int err;
 
 	evr_conn_opts_init(&dflt);
-	return evr__opts_take(ctx, "evr_conn_opts", o, sizeof(*o), &dflt,
-			      in ? in : &dflt);
+	err = evr__opts_take(ctx, "evr_conn_opts", o, sizeof(*o), &dflt,
+			     in ? in : &dflt);
+	if (!err && o->max_calls > EVR__CALLS_MAX) {
+		EVR_WARN(ctx, "evr_conn_opts.max_calls %u is above %u",
+			 o->max_calls, EVR__CALLS_MAX);
+		err = -EINVAL;
+	}
+	return err;
 }
 
 /*
@@ -286,6 +293,7 @@ static void on_established(evr_conn *c, const struct cm_ev *e)
 			return;
 		}
 		evr__conn_set_peer(c, &hs);
+		c->rpc_on = (hs.features & EVR_HS_F_CALLS) != 0;
 	}
 	evr__conn_established(c);
 }
@@ -547,7 +555,10 @@ static int accept_req(evr_conn_req *req, const struct evr_conn_opts *opts,
 	evr__conn_set_peer(c, &req->hs);
 	evr__conn_fill_hs(c, &hs);
 	hs.kind = EVR_HS_REP;
-	hs.features = evr__hs_reply_features(&req->hs, EVR__FEATURES);
+	/* calls: agreed to when this side serves them */
+	hs.features = evr__hs_reply_features(
+		&req->hs, opts->on_request ? EVR__FEATURES : 0);
+	c->rpc_on = (hs.features & EVR_HS_F_CALLS) != 0;
 	n = evr__hs_encode(buf, &hs);
 	conn_param(ctx, &p, buf, n);
 	p.responder_resources = (uint8_t)EVR__MIN(

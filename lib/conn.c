@@ -124,6 +124,7 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 	evr__list_init(&c->ctrlq);
 	evr__list_init(&c->rndv_wait);
 	evr__list_init(&c->rxq);
+	evr__list_init(&c->rpc_reqs);
 	evr__list_init(&c->repost);
 	evr__list_init(&c->early);
 	evr__list_init(&c->work_link);
@@ -899,6 +900,9 @@ static int ctrl_prepare(evr_conn *c, struct evr__op *op)
 		h.len = EVR_RNDV_FIN_SIZE;
 		evr__rndv_fin_encode(b->data + EVR_HDR_SIZE, op->u.ctrl.fin_id,
 				     op->u.ctrl.fin_status);
+	} else if (op->ctrl_type == EVR_T_CANCEL) {
+		h.len = EVR_CALL_ID_SIZE; /* the call's id, in fin_id */
+		evr__call_id_encode(b->data + EVR_HDR_SIZE, op->u.ctrl.fin_id);
 	} else if (op->ctrl_flags == EVR_F_WANT) {
 		h.flags = EVR_F_WANT;
 	} else if (op->ctrl_flags == EVR_F_GIVE) {

@@ -22,9 +22,13 @@ void evr__ctx_hooks_init(evr_ctx *ctx)
 	ctx->hooks.cq_failed = evr__conn_fail_cq;
 	ctx->hooks.device_bound = evr__loop_add_device;
 	ctx->hooks.recv_done = evr__msg_recv_done;
-	ctx->hooks.conn_teardown = evr__msg_teardown;
-	ctx->hooks.conn_release = evr__msg_detach_held;
+	ctx->hooks.conn_teardown = evr__rpc_teardown;
+	ctx->hooks.conn_release = evr__rpc_release;
 	ctx->hooks.srq_recv_done = evr__conn_srq_recv_done;
+	ctx->hooks.rpc_request = evr__rpc_request;
+	ctx->hooks.rpc_reply = evr__rpc_reply;
+	ctx->hooks.rpc_cancel = evr__rpc_cancel;
+	ctx->hooks.rpc_live = evr__rpc_live;
 }
 
 static void ctx_free(evr_ctx *ctx)

@@ -20,6 +20,7 @@
 #include "evrdma.h"
 #include "adapt.h"
 #include "bank.h"
+#include "calltab.h"
 #include "credit.h"
 #include "proto.h"
 #include "qpmap.h"
@@ -160,11 +161,15 @@ struct evr__op {
 	uint8_t ctrl_type;  /* CTRL: EVR_T_CREDIT or EVR_T_RNDV_FIN */
 	uint8_t ctrl_flags; /* CTRL CREDIT: EVR_F_WANT or EVR_F_GIVE */
 	bool quiet; /* EAGER without a callback: may end a batch unsignaled */
-	/* EAGER inline in two pieces: the header in ihdr, the payload at
-	 * wqe.laddr (the user's buffer), copied into the WR by the post */
+	/* EAGER inline in two pieces: the header (and a call's id) in ihdr,
+	 * ihdr_len bytes, the payload at wqe.laddr (the user's buffer),
+	 * copied into the WR by the post */
 	bool split;
+	uint8_t ihdr_len;
 	uint16_t iovcnt;    /* EAGER/RNDV from iovecs, until built */
-	uint8_t ihdr[EVR__HDR_BYTES];
+	uint8_t call_flags; /* EAGER/RNDV: EVR_F_CALL or EVR_F_REPLY, or 0 */
+	uint32_t call_id;   /* with call_flags: the call's id */
+	uint8_t ihdr[EVR__HDR_BYTES + 4];
 	struct evr__wqe wqe;
 	union {
 		struct { /* EAGER, RNDV */
@@ -477,6 +482,12 @@ struct evr__rx {
 	uint32_t id;
 	unsigned reads;	 /* chunks not yet read */
 	bool started;
+	/* calls: a request (EVR_F_CALL) or a reply (EVR_F_REPLY) and its id;
+	 * dropped: not delivered (a request its caller gave up, a late
+	 * reply); skip: a rendezvous not to read (its FIN says -ECANCELED) */
+	uint8_t call_flags;
+	bool dropped, skip;
+	uint32_t call_id;
 	/* staged (under a locked-memory limit): rb is not registered; the
 	 * chunks are read one at a time into stage and copied from there */
 	struct evr__rbuf *stage;
@@ -578,6 +589,12 @@ struct evr_conn {
 	bool asked;	     /* asked for a window this idle tick */
 	uint16_t lend_init;  /* handshake init_window we announce (0: all) */
 	uint16_t req_window; /* accepting: the request's init_window */
+	/* calls (rpc.c) */
+	bool rpc_on;	/* both handshakes agreed to calls */
+	bool rpc_over;	/* evr_call said -ENOBUFS: on_drain when one ends */
+	struct evr__calltab rpc_tab; /* calls in flight; no slots until the
+				      * first call */
+	struct evr__list rpc_reqs;   /* requests delivered, not answered */
 	struct evr__bank_conn bank;
 	uint32_t qp_num;     /* in ctx->qpmap while attached */
 	unsigned limbo_drains; /* its CQ's drains when its QP was destroyed */
@@ -632,6 +649,17 @@ struct evr__hooks {
 	/* srq.c: the completion of a receive posted to the shared queue,
 	 * whose conn only the QP number tells (conn layer) */
 	evr__wr_done_fn srq_recv_done;
+	/* msg.c: calls (rpc.c).  A request or a reply is delivered (data
+	 * valid during the call, evr_conn_hold() may keep it); a CANCEL
+	 * came for a request no longer waiting to be read or delivered; is
+	 * the call of a rendezvous reply still in flight (else it is not
+	 * read)? */
+	void (*rpc_request)(evr_conn *c, uint32_t id, const void *data,
+			    size_t len);
+	void (*rpc_reply)(evr_conn *c, uint32_t id, const void *data,
+			  size_t len);
+	void (*rpc_cancel)(evr_conn *c, uint32_t id);
+	bool (*rpc_live)(const evr_conn *c, uint32_t id);
 };
 
 /* What a ctx runs with, resolved from its options and the environment
@@ -789,9 +817,9 @@ struct evr_ctx {
 
 /* The handshake extensions this build speaks (EVR_HS_F_*, proto.h): a
  * connect request offers them, a reply agrees to those of them the request
- * offered, and a reply agreeing to more is a protocol error.  None yet:
- * calls (EVR_HS_F_CALLS) are parsed and refused until they are served. */
-#define EVR__FEATURES 0u
+ * offered, and a reply agreeing to more is a protocol error.  Calls are
+ * agreed to by an accepting side whose opts have on_request (cm.c). */
+#define EVR__FEATURES EVR_HS_F_CALLS
 
 /* The ctx's load (evr_ctx_load) goes up or down by one. */
 static inline void evr__load_add(evr_ctx *ctx, int d)
@@ -970,6 +998,33 @@ static inline int evr__op_user_status(const evr_conn *c, int status)
 void evr__msg_recv_done(struct evr__wr *w, const struct ibv_wc *wc);
 void evr__msg_teardown(evr_conn *c, int status);
 void evr__msg_detach_held(evr_conn *c);
+/* Queue a call's request (flags EVR_F_CALL) or reply (EVR_F_REPLY) of
+ * call id, as evr_send would a message; *op (may be NULL) receives the
+ * op, which is the caller's to withdraw until cb fires. */
+int evr__msg_send_call(evr_conn *c, const void *buf, size_t len,
+		       uint8_t flags, uint32_t id, evr_op_cb cb, void *arg,
+		       struct evr__op **op);
+/* An op of evr__msg_send_call still queued: taken off the queue, and
+ * completed (cb) with -ECANCELED; true.  False when it has been posted. */
+bool evr__msg_withdraw(evr_conn *c, struct evr__op *op);
+/* Queue a CANCEL of call id to the peer (behind what is queued). */
+int evr__msg_send_cancel(evr_conn *c, uint32_t id);
+/* Deliver a message held with evr_conn_hold() again, inside fn (where
+ * evr_conn_hold() takes it over); released after fn unless taken. */
+void evr__msg_redeliver(evr_conn *c, evr_msg *m,
+			void (*fn)(evr_conn *c, const void *data, size_t len,
+				   void *arg),
+			void *arg);
+
+/* rpc.c: calls, above the message layer */
+void evr__rpc_teardown(evr_conn *c, int status); /* the conn_teardown hook */
+void evr__rpc_request(evr_conn *c, uint32_t id, const void *data,
+		      size_t len);
+void evr__rpc_reply(evr_conn *c, uint32_t id, const void *data, size_t len);
+void evr__rpc_cancel(evr_conn *c, uint32_t id);
+bool evr__rpc_live(const evr_conn *c, uint32_t id);
+/* The conn is freed: its call table goes (the conn_release hook). */
+void evr__rpc_release(evr_conn *c);
 
 /* srq.c: the shared receive queue of a ctx */
 /* Decide once whether the ctx's conns share a receive queue, and create it

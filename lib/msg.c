@@ -37,6 +37,12 @@ static size_t eager_limit(const evr_conn *c)
 	return EVR__MIN((size_t)c->peer_max_eager, (size_t)c->ctx->max_eager);
 }
 
+/* An op's eager limit: a call's id takes 4 bytes of the eager size. */
+static size_t op_eager_limit(const evr_conn *c, const struct evr__op *op)
+{
+	return eager_limit(c) - (op->call_flags ? EVR_CALL_ID_SIZE : 0);
+}
+
 static int send_prepare(evr_conn *c, struct evr__op *op);
 
 /* The header flags of a data message that has just taken its credit:
@@ -57,7 +63,7 @@ static const struct evr__op_class send_class = {send_complete, send_prepare,
 
 static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
 		       int iovcnt, size_t len, evr_op_cb cb, void *arg,
-		       bool limit)
+		       bool limit, struct evr__op **opp)
 {
 	evr_ctx *ctx;
 	struct evr__op *op;
@@ -100,6 +106,55 @@ static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
 	c->nsendq_credit++;
 	evr__list_add_tail(&c->sendq, &op->h.link);
 	evr__conn_dirty(c);
+	if (opp)
+		*opp = op;
+	return 0;
+}
+
+int evr__msg_send_call(evr_conn *c, const void *buf, size_t len,
+		       uint8_t flags, uint32_t id, evr_op_cb cb, void *arg,
+		       struct evr__op **opp)
+{
+	struct evr__op *op;
+	/* a reply is no new work: the caller's max_calls bounds replies, the
+	 * send queue limit does not */
+	int err = send_common(c, buf, NULL, 0, len, cb, arg,
+			      !(flags & EVR_F_REPLY), &op);
+
+	if (err)
+		return err;
+	op->call_flags = flags;
+	op->call_id = id;
+	if (opp)
+		*opp = op;
+	return 0;
+}
+
+bool evr__msg_withdraw(evr_conn *c, struct evr__op *op)
+{
+	if (!op->queued)
+		return false; /* posted (or being built) */
+	evr__list_del(&op->h.link);
+	c->nsendq_credit--;
+	evr__op_unqueue(c, op);
+	evr__op_complete(op, -ECANCELED);
+	return true;
+}
+
+/* A CANCEL takes a data credit in the send queue's order, not the
+ * reserve control messages may take: it is no answer the peer waits for,
+ * and comes behind the request it cancels. */
+int evr__msg_send_cancel(evr_conn *c, uint32_t id)
+{
+	struct evr__op *op = evr__ctrl_op_new(c, EVR_T_CANCEL);
+
+	if (!op)
+		return -ENOMEM;
+	op->ctrl = false;
+	op->u.ctrl.fin_id = id;
+	c->nsendq_credit++;
+	evr__list_add_tail(&c->sendq, &op->h.link);
+	evr__conn_dirty(c);
 	return 0;
 }
 
@@ -109,7 +164,7 @@ int evr_send(evr_conn *c, const void *buf, size_t len, evr_op_cb cb,
 	if (!buf && len)
 		return -EINVAL;
 	EVR_CONN_OWNER(c);
-	return send_common(c, buf, NULL, 0, len, cb, arg, true);
+	return send_common(c, buf, NULL, 0, len, cb, arg, true, NULL);
 }
 
 /* evr_send_mt(): the message, copied, on its way to the conn's thread. */
@@ -139,7 +194,7 @@ static void mt_send_run(evr_ctx *ctx, struct evr__call *call)
 {
 	struct mt_send *m = (struct mt_send *)call;
 	int rc = send_common(m->c, m->data, NULL, 0, m->len, mt_send_done, m,
-			     false);
+			     false, NULL);
 
 	(void)ctx;
 	if (rc)
@@ -190,9 +245,9 @@ int evr_sendv(evr_conn *c, const struct iovec *iov, int iovcnt, evr_op_cb cb,
 	EVR_CONN_OWNER(c);
 	if (iovcnt == 1)
 		return send_common(c, iov[0].iov_base, NULL, 0, len, cb, arg,
-				   true);
+				   true, NULL);
 	return send_common(c, NULL, iovcnt ? iov : NULL, iovcnt, len, cb, arg,
-			   true);
+			   true, NULL);
 }
 
 static void gather(uint8_t *dst, const struct evr__op *op)
@@ -216,7 +271,7 @@ static void gather(uint8_t *dst, const struct evr__op *op)
 /* SQ slots a message needs: a rendezvous also binds its window. */
 static unsigned send_wrs(const evr_conn *c, const struct evr__op *op)
 {
-	return op->u.msg.len > eager_limit(c) &&
+	return op->u.msg.len > op_eager_limit(c, op) &&
 			       c->ctx->rndv_access != EVR_RNDV_REGISTER
 		       ? 2
 		       : 1;
@@ -319,12 +374,16 @@ static int rndv_prepare(evr_conn *c, struct evr__op *op, struct evr__buf *b)
 	r.len = op->u.msg.len;
 	r.id = rt->id;
 	h.type = EVR_T_RNDV_REQ;
-	h.flags = data_flags(c);
-	h.len = EVR_RNDV_REQ_SIZE;
+	h.flags = (uint8_t)(data_flags(c) | op->call_flags);
+	h.len = (op->call_flags ? EVR_CALL_ID_SIZE : 0) + EVR_RNDV_REQ_SIZE;
 	h.credits = evr__credit_piggyback(&c->cr);
 	evr__hdr_encode(b->data, &h);
-	evr__rndv_req_encode(b->data + EVR_HDR_SIZE, &r);
-	evr__op_set_send(op, b, EVR_HDR_SIZE + EVR_RNDV_REQ_SIZE, &c->sq);
+	if (op->call_flags)
+		evr__call_id_encode(b->data + EVR_HDR_SIZE, op->call_id);
+	evr__rndv_req_encode(b->data + EVR_HDR_SIZE + h.len -
+				     EVR_RNDV_REQ_SIZE,
+			     &r);
+	evr__op_set_send(op, b, EVR_HDR_SIZE + h.len, &c->sq);
 	/* done when both the send and the FIN completed */
 	op->pending = 2;
 	evr__list_add_tail(&c->rndv_wait, &rt->link);
@@ -338,6 +397,8 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 	evr_ctx *ctx = c->ctx;
 	struct evr__hdr h = {0};
 	struct evr__buf *b;
+	/* a call's id follows the header */
+	uint32_t idlen = op->call_flags ? EVR_CALL_ID_SIZE : 0;
 	bool rndv;
 	int err;
 
@@ -345,9 +406,9 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 		return -EINVAL; /* only messages come here */
 	if (op->u.msg.len > c->peer_max_msg)
 		return -EMSGSIZE;
-	rndv = op->u.msg.len > eager_limit(c);
+	rndv = op->u.msg.len > op_eager_limit(c, op);
 	if (!rndv && !op->iovcnt && c->sq.sge2 &&
-	    EVR_HDR_SIZE + op->u.msg.len <= c->sq.max_inline) {
+	    EVR_HDR_SIZE + idlen + op->u.msg.len <= c->sq.max_inline) {
 		/* inline in two pieces: no buffer, no copy but the post's */
 		b = NULL;
 		op->split = true;
@@ -368,14 +429,21 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 		return err;
 	}
 	h.type = EVR_T_EAGER;
-	h.flags = data_flags(c);
-	h.len = (uint32_t)op->u.msg.len;
+	h.flags = (uint8_t)(data_flags(c) | op->call_flags);
+	h.len = (uint32_t)(idlen + op->u.msg.len);
 	h.credits = evr__credit_piggyback(&c->cr);
 	if (op->split) {
 		evr__hdr_encode(op->ihdr, &h);
+		if (idlen)
+			evr__call_id_encode(op->ihdr + EVR_HDR_SIZE,
+					    op->call_id);
+		op->ihdr_len = (uint8_t)(EVR_HDR_SIZE + idlen);
 	} else {
 		evr__hdr_encode(b->data, &h);
-		gather(b->data + EVR_HDR_SIZE, op);
+		if (idlen)
+			evr__call_id_encode(b->data + EVR_HDR_SIZE,
+					    op->call_id);
+		gather(b->data + EVR_HDR_SIZE + idlen, op);
 		op->u.msg.buf = b;
 		evr__op_set_send(op, b, EVR_HDR_SIZE + h.len, &c->sq);
 	}
@@ -417,6 +485,8 @@ static void rndv_finish(evr_conn *c, struct evr__op *op)
 static void rx_start_reads(evr_conn *c);
 static int rx_read_next(evr_conn *c, struct evr__rx *rx);
 static void deliver_ready(evr_conn *c);
+static int rx_fin(evr_conn *c, const struct evr__rx *rx, int status);
+static void rx_fin_skipped(evr_conn *c);
 
 static void rread_done(evr_conn *c, struct evr__op *op, int status)
 {
@@ -463,17 +533,11 @@ static void rread_done(evr_conn *c, struct evr__op *op, int status)
 	EVR__VG_DEFINED(rx->rb->mem, rx->len); /* the device read it in */
 	c->ctx->st.rndv_recv++;
 	/* tell the sender it may reuse its buffer */
-	{
-		struct evr__op *fin = evr__ctrl_op_new(c, EVR_T_RNDV_FIN);
-
-		if (!fin) {
-			evr__conn_fail(c, -ENOMEM);
-			return;
-		}
-		fin->u.ctrl.fin_id = rx->id;
-		fin->u.ctrl.fin_status = 0;
-		evr__list_add_tail(&c->ctrlq, &fin->h.link);
+	if (rx_fin(c, rx, 0)) {
+		evr__conn_fail(c, -ENOMEM);
+		return;
 	}
+	rx_fin_skipped(c);
 	rx_start_reads(c);
 	deliver_ready(c);
 	evr__conn_dirty(c);
@@ -548,17 +612,20 @@ static void repost(evr_conn *c, struct evr__buf *b)
 	evr__conn_dirty(c);
 }
 
+/* A message to its callback: on_recv, or a call's request or reply to
+ * the call layer (flags EVR_F_CALL / EVR_F_REPLY, id). */
 static void deliver(evr_conn *c, struct evr__buf *b, struct evr__rbuf *rb,
-		    const void *data, size_t len)
+		    const void *data, size_t len, uint8_t flags, uint32_t id)
 {
+	evr_ctx *ctx = c->ctx;
 	evr_msg m;
 
-	c->ctx->st.msgs_recv++;
-	c->ctx->st.bytes_recv += len;
-	if (c->state >= EVR_CS_FAILED || !c->o.on_recv) {
+	ctx->st.msgs_recv++;
+	ctx->st.bytes_recv += len;
+	if (c->state >= EVR_CS_FAILED || (!flags && !c->o.on_recv)) {
 		if (b)
 			repost(c, b);
-		evr__rbuf_put(&c->ctx->pool, rb);
+		evr__rbuf_put(&ctx->pool, rb);
 		return;
 	}
 	memset(&m, 0, sizeof(m));
@@ -571,7 +638,12 @@ static void deliver(evr_conn *c, struct evr__buf *b, struct evr__rbuf *rb,
 	c->cur_msg = &m;
 	c->cur_held = NULL;
 	c->in_recv = true;
-	c->o.on_recv(c, data, len, c->o.arg);
+	if (flags & EVR_F_CALL)
+		ctx->hooks.rpc_request(c, id, data, len);
+	else if (flags & EVR_F_REPLY)
+		ctx->hooks.rpc_reply(c, id, data, len);
+	else
+		c->o.on_recv(c, data, len, c->o.arg);
 	c->in_recv = false;
 	c->cur_msg = NULL;
 	if (c->cur_held) {
@@ -597,11 +669,57 @@ static void deliver_ready(evr_conn *c)
 
 	while ((rx = rx_first(c)) && rx->ready) {
 		evr__list_del(&rx->link);
-		if (rx->rndv)
-			deliver(c, NULL, rx->rb, rx->rb->mem, rx->len);
-		else
-			deliver(c, rx->buf, NULL, rx->data, rx->len);
+		if (rx->dropped) { /* a call given up, a late reply */
+			if (rx->buf)
+				repost(c, rx->buf);
+			evr__rbuf_put(&c->ctx->pool, rx->rb);
+		} else if (rx->rndv) {
+			deliver(c, NULL, rx->rb, rx->rb->mem, rx->len,
+				rx->call_flags, rx->call_id);
+		} else {
+			deliver(c, rx->buf, NULL, rx->data, rx->len,
+				rx->call_flags, rx->call_id);
+		}
 		free(rx);
+	}
+}
+
+/* Queue the RNDV_FIN of rx's message with status. */
+static int rx_fin(evr_conn *c, const struct evr__rx *rx, int status)
+{
+	struct evr__op *fin = evr__ctrl_op_new(c, EVR_T_RNDV_FIN);
+
+	if (!fin)
+		return -ENOMEM;
+	fin->u.ctrl.fin_id = rx->id;
+	fin->u.ctrl.fin_status = status;
+	evr__list_add_tail(&c->ctrlq, &fin->h.link);
+	evr__conn_dirty(c);
+	return 0;
+}
+
+/* Rendezvous messages not to be read (skip) get their FIN, -ECANCELED, in
+ * their turn: the sender matches FINs against its rendezvous sends in
+ * order, so a skipped one's FIN goes only once every rendezvous before it
+ * has had its own (it is ready). */
+static void rx_fin_skipped(evr_conn *c)
+{
+	struct evr__list *pos;
+
+	evr__list_for_each(pos, &c->rxq)
+	{
+		struct evr__rx *rx =
+			evr__container_of(pos, struct evr__rx, link);
+
+		if (!rx->rndv || rx->ready)
+			continue;
+		if (!rx->skip || rx->started)
+			return; /* being read, or waiting to be */
+		rx->started = rx->ready = true;
+		if (rx_fin(c, rx, -ECANCELED)) {
+			evr__conn_fail(c, -ENOMEM);
+			return;
+		}
 	}
 }
 
@@ -688,7 +806,7 @@ static void rx_start_reads(evr_conn *c)
 		size_t off;
 		int err = 0;
 
-		if (!rx->rndv || rx->started)
+		if (!rx->rndv || rx->started || rx->skip)
 			continue;
 		rx->started = true;
 		if (rx_alloc(ctx, rx)) {
@@ -737,6 +855,36 @@ static void proto_error(evr_conn *c, const char *why)
 	evr__conn_fail(c, -EPROTO);
 }
 
+#define CALLF (EVR_F_CALL | EVR_F_REPLY)
+
+/* The peer gave up its call id: a request of it still waiting to be read
+ * is not read (its FIN says -ECANCELED), one being read or waiting for
+ * delivery is not delivered; one delivered is the call layer's. */
+static void rx_cancel(evr_conn *c, uint32_t id)
+{
+	struct evr__list *pos;
+
+	evr__list_for_each(pos, &c->rxq)
+	{
+		struct evr__rx *rx =
+			evr__container_of(pos, struct evr__rx, link);
+
+		if (!(rx->call_flags & EVR_F_CALL) || rx->call_id != id ||
+		    rx->dropped)
+			continue;
+		rx->dropped = true;
+		c->ctx->st.requests_cancelled++;
+		if (rx->rndv && !rx->started) {
+			rx->skip = true;
+			rx_fin_skipped(c);
+			rx_start_reads(c); /* its read slot, to the next */
+		}
+		deliver_ready(c);
+		return;
+	}
+	c->ctx->hooks.rpc_cancel(c, id);
+}
+
 static void process_recv(evr_conn *c, struct evr__buf *b,
 			 const struct ibv_wc *wc)
 {
@@ -744,7 +892,7 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	/* the sender goes eager up to min(its eager size, ours): the same
 	 * negotiated limit must judge what arrives */
 	struct evr__limits lim = {(uint32_t)eager_limit(c),
-				  ctx->o.max_msg_size, false};
+				  ctx->o.max_msg_size, c->rpc_on};
 	struct evr__parsed p;
 	const char *why = "?";
 	struct evr__rx *rx;
@@ -815,7 +963,8 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		return;
 	case EVR_T_EAGER:
 		if (evr__list_empty(&c->rxq)) {
-			deliver(c, b, NULL, p.payload, p.hdr.len);
+			deliver(c, b, NULL, p.payload, p.plen, p.hdr.flags & CALLF,
+				p.call_id);
 			return;
 		}
 		rx = calloc(1, sizeof(*rx));
@@ -827,7 +976,9 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		rx->ready = true;
 		rx->buf = b;
 		rx->data = (uint8_t *)p.payload;
-		rx->len = p.hdr.len;
+		rx->len = p.plen;
+		rx->call_flags = p.hdr.flags & CALLF;
+		rx->call_id = p.call_id;
 		rx_push(c, rx);
 		return;
 	case EVR_T_RNDV_REQ:
@@ -842,8 +993,22 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		rx->raddr = p.rndv.addr;
 		rx->rkey = p.rndv.rkey;
 		rx->id = p.rndv.id;
+		rx->call_flags = p.hdr.flags & CALLF;
+		rx->call_id = p.call_id;
+		if ((rx->call_flags & EVR_F_REPLY) &&
+		    !ctx->hooks.rpc_live(c, rx->call_id)) {
+			/* its call is over: not read, no copy */
+			rx->skip = rx->dropped = true;
+			ctx->st.late_replies++;
+		}
 		rx_push(c, rx);
+		rx_fin_skipped(c);
 		rx_start_reads(c);
+		deliver_ready(c); /* a skipped one at the head goes */
+		return;
+	case EVR_T_CANCEL:
+		repost(c, b);
+		rx_cancel(c, p.call_id);
 		return;
 	case EVR_T_RNDV_FIN: {
 		struct evr__rndv_tx *rt = evr__list_first_entry(
@@ -934,6 +1099,30 @@ evr_msg *evr_conn_hold(evr_conn *c)
 	evr__list_add_tail(&c->ctx->held, &m->link);
 	c->cur_held = m;
 	return m;
+}
+
+void evr__msg_redeliver(evr_conn *c, evr_msg *m,
+			void (*fn)(evr_conn *c, const void *data, size_t len,
+				   void *arg),
+			void *arg)
+{
+	evr_msg cur = *m, *outer = c->cur_msg, *outer_held = c->cur_held;
+	bool outer_in = c->in_recv, taken;
+
+	c->cur_msg = &cur;
+	c->cur_held = NULL;
+	c->in_recv = true;
+	fn(c, m->data, m->len, arg);
+	taken = c->cur_held != NULL;
+	c->in_recv = outer_in;
+	c->cur_msg = outer;
+	c->cur_held = outer_held;
+	if (taken) { /* taken over: the buffer is the new handle's */
+		evr__list_del(&m->link);
+		free(m);
+		return;
+	}
+	evr_msg_release(m);
 }
 
 const void *evr_msg_data(const evr_msg *m)

@@ -88,7 +88,7 @@ static void build_wr(const struct evr__op *op, struct ibv_send_wr *wr,
 	if (op->split) {
 		/* inline: the post copies both pieces, no key is checked */
 		sge[0].addr = (uintptr_t)op->ihdr;
-		sge[0].length = sizeof(op->ihdr);
+		sge[0].length = op->ihdr_len;
 		sge[0].lkey = 0;
 		sge[1].addr = op->wqe.laddr;
 		sge[1].length = op->wqe.len;

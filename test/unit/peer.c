@@ -100,6 +100,7 @@ static void on_close(evr_conn *c, int status, void *arg)
 	p->close_status = status;
 	p->close_state = c->state;
 	p->ops_at_close = p->nop_calls;
+	p->calls_at_close = p->ncall_calls;
 	p->conn = NULL;
 }
 
@@ -125,6 +126,24 @@ static void on_imm(evr_conn *c, uint32_t imm, void *arg)
 	(void)c;
 	p->imms++;
 	p->imm = imm;
+}
+
+static void on_request(evr_conn *c, evr_request *r, const void *data,
+		       size_t len, void *arg)
+{
+	struct peer *p = arg;
+
+	assert_ptr_equal(evr_request_conn(r), c);
+	assert_true(p->nreqs < PEER_MAX_MSGS);
+	p->reqs[p->nreqs].r = r;
+	p->reqs[p->nreqs].data = malloc(len ? len : 1);
+	assert_non_null(p->reqs[p->nreqs].data);
+	if (len)
+		memcpy(p->reqs[p->nreqs].data, data, len);
+	p->reqs[p->nreqs].len = len;
+	p->nreqs++;
+	if (p->on_request)
+		p->on_request(p, r, data, len);
 }
 
 static void on_drain(evr_conn *c, void *arg)
@@ -156,6 +175,47 @@ void peer_op_cb(evr_conn *c, int status, void *arg)
 	p->nop_calls++;
 }
 
+void *peer_call_arg(struct peer *p, unsigned i)
+{
+	assert_true(i < PEER_MAX_CALLS);
+	p->call_refs[i].p = p;
+	p->call_refs[i].i = i;
+	return &p->call_refs[i];
+}
+
+void peer_call_cb(evr_conn *c, int status, const void *reply, size_t len,
+		  void *arg)
+{
+	struct peer_opref *r = arg;
+	struct peer *p = r->p;
+	unsigned i = r->i;
+
+	(void)c;
+	p->call_calls[i]++;
+	p->call_status[i] = status;
+	free(p->call_reply[i].data);
+	p->call_reply[i].data = malloc(len ? len : 1);
+	assert_non_null(p->call_reply[i].data);
+	if (len)
+		memcpy(p->call_reply[i].data, reply, len);
+	p->call_reply[i].len = len;
+	p->ncall_calls++;
+	if (p->on_call)
+		p->on_call(p, i, status, reply, len);
+}
+
+evr_call_id peer_call(struct peer *p, const void *req, size_t len,
+		      unsigned timeout_ms, unsigned i)
+{
+	evr_call_id id = 0;
+
+	assert_int_equal(evr_call(p->conn, req, len, timeout_ms, peer_call_cb,
+				  peer_call_arg(p, i), &id),
+			 0);
+	assert_int_not_equal(id, 0);
+	return id;
+}
+
 /* ---- set up ---- */
 
 void peer_send_op(struct peer *p, const void *data, size_t len, unsigned i)
@@ -184,6 +244,9 @@ void peer_conn_opts(struct peer *p, struct evr_conn_opts *o)
 	o->on_drain = on_drain;
 	o->arg = p;
 	o->keepalive_ms = p->keepalive_ms;
+	if (p->serve)
+		o->on_request = on_request;
+	o->max_calls = p->max_calls;
 }
 
 void peer_fini(struct peer *p)
@@ -193,6 +256,13 @@ void peer_fini(struct peer *p)
 	for (i = 0; i < p->nmsgs; i++)
 		free(p->msgs[i].data);
 	p->nmsgs = 0;
+	for (i = 0; i < PEER_MAX_CALLS; i++) {
+		free(p->call_reply[i].data);
+		p->call_reply[i].data = NULL;
+	}
+	for (i = 0; i < p->nreqs; i++)
+		free(p->reqs[i].data);
+	p->nreqs = 0;
 }
 
 evr_ctx *peer_start(struct peer *p, const struct evr_ctx_opts *o)
@@ -219,6 +289,7 @@ size_t peer_hs(const struct peer *p, uint8_t kind, uint8_t *buf)
 	hs.init_window = p->init_window;
 	hs.max_eager = p->max_eager;
 	hs.max_msg = p->max_msg;
+	hs.features = p->calls ? EVR_HS_F_CALLS : 0;
 	return evr__hs_encode(buf, &hs);
 }
 
@@ -294,7 +365,7 @@ void peer_accept(struct peer *p)
 
 bool peer_next(struct peer *p, struct peer_frame *f)
 {
-	struct evr__limits lim = {p->max_eager, p->max_msg, false};
+	struct evr__limits lim = {p->max_eager, p->max_msg, p->calls};
 	const char *why;
 
 	for (; p->seen < mock_wrs.nsend; p->seen++) {
@@ -535,6 +606,49 @@ void peer_fin(struct peer *p, uint32_t id, int32_t status, uint16_t credits)
 
 	evr__rndv_fin_encode(body, id, status);
 	peer_frame(p, EVR_T_RNDV_FIN, credits, body, sizeof(body));
+}
+
+void peer_call_frame(struct peer *p, uint8_t type, uint8_t flags,
+		     uint32_t cid, uint16_t credits, const void *body,
+		     uint32_t blen)
+{
+	struct evr__hdr h = {type, flags, credits, EVR_CALL_ID_SIZE + blen};
+	uint8_t *buf = malloc(EVR_HDR_SIZE + h.len);
+
+	assert_non_null(buf);
+	evr__hdr_encode(buf, &h);
+	evr__call_id_encode(buf + EVR_HDR_SIZE, cid);
+	if (blen)
+		memcpy(buf + EVR_HDR_SIZE + EVR_CALL_ID_SIZE, body, blen);
+	peer_raw(p, buf, EVR_HDR_SIZE + h.len);
+	free(buf);
+}
+
+void peer_call_eager(struct peer *p, uint8_t flags, uint32_t cid,
+		     const void *data, size_t len, uint16_t credits)
+{
+	peer_call_frame(p, EVR_T_EAGER, flags, cid, credits, data,
+			(uint32_t)len);
+}
+
+void peer_call_rndv_req(struct peer *p, uint8_t flags, uint32_t cid,
+			const void *addr, uint64_t len, uint32_t rkey,
+			uint32_t id, uint16_t credits)
+{
+	struct evr__rndv_req r = {(uintptr_t)addr, len, rkey, id};
+	uint8_t body[EVR_RNDV_REQ_SIZE];
+
+	evr__rndv_req_encode(body, &r);
+	peer_call_frame(p, EVR_T_RNDV_REQ, flags, cid, credits, body,
+			sizeof(body));
+}
+
+void peer_cancel(struct peer *p, uint32_t cid, uint16_t credits)
+{
+	uint8_t body[EVR_CALL_ID_SIZE];
+
+	evr__call_id_encode(body, cid);
+	peer_frame(p, EVR_T_CANCEL, credits, body, sizeof(body));
 }
 
 void peer_write_imm(struct peer *p, uint32_t imm)

@@ -16,7 +16,10 @@
  *
  * The conn's callbacks are recorded in the peer: how many times each
  * fired, with which status, in which state the conn was, and a copy of
- * every message received.
+ * every message received.  Calls (rpc.c) are off unless the test turns
+ * them on before the conn is made (p->calls, p->serve): then the peer's
+ * handshake speaks them, and the calls our side makes, their replies and
+ * the requests it serves are recorded too.
  */
 #ifndef EVR_PEER_H
 #define EVR_PEER_H
@@ -29,11 +32,18 @@
 #include "mock_cm.h"
 #include "mock_verbs.h"
 
-#define PEER_MAX_MSGS 64
-#define PEER_MAX_OPS  64
+#define PEER_MAX_MSGS  64
+#define PEER_MAX_OPS   64
+#define PEER_MAX_CALLS 64
 
 struct peer;
 typedef void (*peer_recv_hook)(struct peer *p, const void *data, size_t len);
+/* Called from a call's callback (peer_call_cb) after it was recorded. */
+typedef void (*peer_call_hook)(struct peer *p, unsigned i, int status,
+			       const void *reply, size_t len);
+/* Called from on_request after the request was recorded. */
+typedef void (*peer_request_hook)(struct peer *p, evr_request *r,
+				  const void *data, size_t len);
 
 /* A frame our side sent, or another WR it posted. */
 struct peer_frame {
@@ -79,6 +89,33 @@ struct peer {
 		struct peer *p;
 		unsigned i;
 	} refs[PEER_MAX_OPS];
+	/* Calls.  calls: the peer speaks them -- its handshake offers (a
+	 * request) or agrees to (a reply) EVR_HS_F_CALLS, and peer_next
+	 * parses frames with call flags and CANCELs.  serve: our conn's
+	 * opts set on_request (recorded below).  max_calls: our conn's
+	 * evr_conn_opts.max_calls.  All off by default. */
+	bool calls, serve;
+	unsigned max_calls;
+	/* evr_call_cb of calls made with peer_call_arg: index -> count,
+	 * status, a copy of the reply */
+	unsigned call_calls[PEER_MAX_CALLS];
+	int call_status[PEER_MAX_CALLS];
+	struct {
+		uint8_t *data;
+		size_t len;
+	} call_reply[PEER_MAX_CALLS];
+	unsigned ncall_calls;
+	unsigned calls_at_close; /* call callbacks fired before on_close */
+	peer_call_hook on_call;
+	struct peer_opref call_refs[PEER_MAX_CALLS];
+	/* on_request: each request's handle and a copy of its bytes */
+	struct {
+		evr_request *r;
+		uint8_t *data;
+		size_t len;
+	} reqs[PEER_MAX_MSGS];
+	unsigned nreqs;
+	peer_request_hook on_request;
 };
 
 /* ctx options the tests start from: device mock0, POLL mode, no
@@ -158,5 +195,26 @@ void *peer_op_arg(struct peer *p, unsigned i);
 void peer_op_cb(evr_conn *c, int status, void *arg);
 /* evr_send on p's conn as op i (recorded in p); it must return 0. */
 void peer_send_op(struct peer *p, const void *data, size_t len, unsigned i);
+
+/* Calls.  The arg for an evr_call_cb that records call i in p
+ * (peer_call_cb: count, status, a copy of the reply). */
+void *peer_call_arg(struct peer *p, unsigned i);
+void peer_call_cb(evr_conn *c, int status, const void *reply, size_t len,
+		  void *arg);
+/* evr_call on p's conn as call i; it must return 0.  Returns the id. */
+evr_call_id peer_call(struct peer *p, const void *req, size_t len,
+		      unsigned timeout_ms, unsigned i);
+/* The peer sends a data frame with call flags (EVR_F_CALL, EVR_F_REPLY,
+ * both or none) and a call id after the header: len = 4 + blen. */
+void peer_call_frame(struct peer *p, uint8_t type, uint8_t flags,
+		     uint32_t cid, uint16_t credits, const void *body,
+		     uint32_t blen);
+void peer_call_eager(struct peer *p, uint8_t flags, uint32_t cid,
+		     const void *data, size_t len, uint16_t credits);
+void peer_call_rndv_req(struct peer *p, uint8_t flags, uint32_t cid,
+			const void *addr, uint64_t len, uint32_t rkey,
+			uint32_t id, uint16_t credits);
+/* A CANCEL of call cid (the peer gave it up). */
+void peer_cancel(struct peer *p, uint32_t cid, uint16_t credits);
 
 #endif

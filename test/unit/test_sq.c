@@ -611,14 +611,17 @@ static void test_build_opcodes(void **state)
 }
 
 /* A split op (a small message inline in two pieces): the WR gathers the
- * op's header and the payload, in that order, inline; with no payload,
- * the header alone.  A split op built after a plain one in the same
- * chain keeps its own SGEs (two per WR in the array). */
+ * op's header (ihdr_len bytes: 8, or 12 with a call's id) and the
+ * payload, in that order, inline; with no payload, the header alone.  A
+ * split op built after a plain one in the same chain keeps its own SGEs
+ * (two per WR in the array). */
 static void test_build_split(void **state)
 {
-	static const uint8_t hdr[EVR__HDR_BYTES] = {1, 2, 3, 4, 5, 6, 7, 8};
+	static const uint8_t hdr[EVR__HDR_BYTES + 4] = {1, 2,  3,  4,  5,  6,
+							7, 8, 9, 10, 11, 12};
 	static const uint8_t payload[] = "0123456789abcdef";
-	static const uint32_t lens[] = {16, 0, 5};
+	static const uint32_t lens[] = {16, 0, 5, 7};
+	static const uint8_t hlens[] = {8, 8, 8, 12};
 	struct evr__sq sq;
 	unsigned i, n = sizeof(lens) / sizeof(lens[0]);
 
@@ -637,6 +640,7 @@ static void test_build_split(void **state)
 		op->split = true;
 		op->send_flags = IBV_SEND_INLINE;
 		memcpy(op->ihdr, hdr, sizeof(hdr));
+		op->ihdr_len = hlens[i];
 		op->ihdr[0] = (uint8_t)(0x40 + i);
 		op->wqe.laddr = (uintptr_t)payload + i;
 		op->wqe.len = lens[i];
@@ -654,12 +658,12 @@ static void test_build_split(void **state)
 
 		assert_int_equal(w->opcode, IBV_WR_SEND);
 		assert_true(w->flags & IBV_SEND_INLINE);
-		assert_int_equal(w->len, EVR__HDR_BYTES + lens[i]);
+		assert_int_equal(w->len, hlens[i] + lens[i]);
 		assert_int_equal(w->data[0], 0x40 + i);
-		assert_memory_equal(w->data + 1, hdr + 1, EVR__HDR_BYTES - 1);
+		assert_memory_equal(w->data + 1, hdr + 1, hlens[i] - 1u);
 		if (lens[i])
-			assert_memory_equal(w->data + EVR__HDR_BYTES,
-					    payload + i, lens[i]);
+			assert_memory_equal(w->data + hlens[i], payload + i,
+					    lens[i]);
 	}
 }
 

@@ -1,0 +1,410 @@
+/*
+ * Calls: request/response with deadlines and cancellation
+ * (docs/calls.md), above the message layer.  A call's request and its
+ * reply are messages of msg.c carrying a call id (EVR_F_CALL /
+ * EVR_F_REPLY); msg.c hands them back up through the ctx's hooks
+ * (rpc_request, rpc_reply, rpc_cancel, rpc_live), and the conn's end
+ * through conn_teardown.
+ *
+ * Client side, a call ends -- its callback fires, exactly once -- when
+ * both are true: its outcome is known (the reply, the deadline, a cancel,
+ * the conn's end) and its request's send is over (eager: its completion;
+ * rendezvous: its completion and the peer's FIN).  The second is what
+ * makes the request buffer the caller's again when the callback fires:
+ * no send of it is left and no read of it by the peer can still come.
+ * A call given up is out of the table at once (a late reply finds
+ * nothing); its request is withdrawn when still queued, else the peer is
+ * told (CANCEL), which makes it skip a read it has not started.  A reply
+ * that comes before the request's send completion was polled is held
+ * (evr_conn_hold) until then.
+ *
+ * Server side, a request is delivered with a handle that holds a
+ * reference to the conn; the handle is the user's until answered or
+ * dropped, also after the conn ended.
+ */
+#include "evrdma-int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#define EVR_CALLS_DEFAULT 256u
+
+/* A call in flight (client side). */
+struct rpc_call {
+	evr_conn *c;
+	evr_call_cb cb;
+	void *arg;
+	uint32_t id;
+	struct evr__op *op;   /* the request's send, until it is over */
+	struct evr__timer tm; /* the deadline, when there is one */
+	bool timed;	      /* tm holds a slot of the ctx's heap */
+	bool known;	      /* the outcome is known: status (and reply) */
+	uint8_t cause;	      /* what ended it (enum cause), for the stats */
+	int status;
+	evr_msg *reply; /* status 0 before the request's send was over */
+};
+
+/* What ended a call: the stats count calls_ok, calls_expired and
+ * calls_cancelled by cause, not by status (a conn's end may say
+ * -ECANCELED or -ETIMEDOUT too). */
+enum cause { BY_CONN, BY_REPLY, BY_DEADLINE, BY_CANCEL };
+
+/* A request delivered (server side). */
+enum req_state { REQ_OPEN, REQ_CANCELLED, REQ_GONE };
+
+struct evr_request {
+	struct evr__list link; /* c->rpc_reqs while REQ_OPEN or CANCELLED */
+	evr_conn *c;	       /* a reference */
+	uint32_t id;
+	uint8_t state; /* enum req_state */
+};
+
+static struct rpc_call *call_of(struct evr__timer *t)
+{
+	return evr__container_of(t, struct rpc_call, tm);
+}
+
+static void call_free(evr_ctx *ctx, struct rpc_call *k)
+{
+	if (k->timed) {
+		evr__timer_stop(&ctx->timers, &k->tm);
+		evr__timers_unreserve(&ctx->timers, 1);
+	}
+	free(k);
+}
+
+/* The reply, to the callback, with evr_conn_hold() at hand. */
+static void reply_cb(evr_conn *c, const void *data, size_t len, void *arg)
+{
+	struct rpc_call *k = arg;
+
+	k->cb(c, 0, data, len, k->arg);
+}
+
+/* The call ends: counted, freed, its callback fired -- with the reply
+ * held (k->reply), or data: a reply being delivered now, or none. */
+static void call_end(struct rpc_call *k, const void *data, size_t len)
+{
+	evr_conn *c = k->c;
+	evr_ctx *ctx = c->ctx;
+	evr_call_cb cb = k->cb;
+	void *arg = k->arg;
+	int status = k->status;
+
+	if (k->cause == BY_REPLY && status == 0)
+		ctx->st.calls_ok++;
+	else if (k->cause == BY_DEADLINE)
+		ctx->st.calls_expired++;
+	else if (k->cause == BY_CANCEL)
+		ctx->st.calls_cancelled++;
+	if (k->reply) {
+		evr__msg_redeliver(c, k->reply, reply_cb, k);
+		call_free(ctx, k);
+	} else {
+		call_free(ctx, k);
+		cb(c, status, data, len, arg);
+	}
+	/* a call ended: room for more (after an -ENOBUFS) */
+	if (c->rpc_over && c->rpc_tab.n < c->rpc_tab.limit) {
+		c->rpc_over = false;
+		if (c->o.on_drain && evr__conn_open(c))
+			c->o.on_drain(c, c->o.arg);
+	}
+}
+
+/* End the call if both halves are done. */
+static void call_maybe_end(struct rpc_call *k)
+{
+	if (k->known && !k->op)
+		call_end(k, NULL, 0);
+}
+
+/* The request's send is over (its op's callback). */
+static void request_sent(evr_conn *c, int status, void *arg)
+{
+	struct rpc_call *k = arg;
+
+	(void)c;
+	k->op = NULL;
+	if (!k->known && status) {
+		/* not sent: the call ends with why */
+		evr__calltab_take(&c->rpc_tab, k->id);
+		k->known = true;
+		k->status = status;
+	}
+	call_maybe_end(k);
+}
+
+/* The call ends with status (deadline, cancel): out of the table, its
+ * request withdrawn or the peer told. */
+static void call_give_up(evr_conn *c, struct rpc_call *k, int status)
+{
+	k->known = true;
+	k->status = status;
+	k->cause = status == -ETIMEDOUT ? BY_DEADLINE : BY_CANCEL;
+	if (k->timed)
+		evr__timer_stop(&c->ctx->timers, &k->tm);
+	if (k->op && evr__msg_withdraw(c, k->op))
+		return; /* never posted: request_sent ended it */
+	/* Posted: the peer drops the request, and does not read it if it
+	 * has not begun to.  Without memory for the CANCEL the call still
+	 * ends; the peer answers into nothing.  Not once closing: nothing
+	 * may follow our BYE, and the close ends the peer's side anyway. */
+	if (c->state == EVR_CS_ESTABLISHED && evr__msg_send_cancel(c, k->id))
+		EVR_WARN(c->ctx, "conn %p: no memory for the cancel of call "
+				 "%u: the peer is not told",
+			 (void *)c, k->id);
+	call_maybe_end(k);
+}
+
+static void on_deadline(struct evr__timer *t)
+{
+	struct rpc_call *k = call_of(t);
+
+	evr__calltab_take(&k->c->rpc_tab, k->id);
+	call_give_up(k->c, k, -ETIMEDOUT);
+}
+
+int evr_call(evr_conn *c, const void *req, size_t len, unsigned timeout_ms,
+	     evr_call_cb cb, void *arg, evr_call_id *idp)
+{
+	evr_ctx *ctx;
+	struct rpc_call *k;
+	int err;
+
+	if (!c || !cb || (!req && len))
+		return -EINVAL;
+	EVR_CONN_OWNER(c);
+	ctx = c->ctx;
+	if (!evr__conn_open(c))
+		return -EPIPE;
+	if (c->state != EVR_CS_ESTABLISHED)
+		return -ENOTCONN;
+	if (!c->rpc_on)
+		return -EOPNOTSUPP;
+	if (!c->rpc_tab.s) { /* max_calls was checked at connect / accept */
+		err = evr__calltab_init(&c->rpc_tab, c->o.max_calls
+							     ? c->o.max_calls
+							     : EVR_CALLS_DEFAULT);
+		if (err)
+			return err;
+	}
+	if (c->rpc_tab.n >= c->rpc_tab.limit) {
+		c->rpc_over = true;
+		return -ENOBUFS;
+	}
+	k = calloc(1, sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	k->c = c;
+	k->cb = cb;
+	k->arg = arg;
+	evr__timer_init(&k->tm, on_deadline);
+	if (timeout_ms) {
+		if (evr__timers_reserve(&ctx->timers, 1)) {
+			free(k);
+			return -ENOMEM;
+		}
+		k->timed = true;
+	}
+	evr__calltab_add(&c->rpc_tab, k, &k->id); /* room: checked above */
+	err = evr__msg_send_call(c, req, len, EVR_F_CALL, k->id, request_sent,
+				 k, &k->op);
+	if (err) {
+		evr__calltab_take(&c->rpc_tab, k->id);
+		call_free(ctx, k);
+		return err;
+	}
+	if (timeout_ms)
+		evr__ctx_timer_after(ctx, &k->tm, timeout_ms / 1000.0);
+	ctx->st.calls++;
+	if (idp)
+		*idp = k->id;
+	return 0;
+}
+
+int evr_call_cancel(evr_conn *c, evr_call_id id)
+{
+	struct rpc_call *k;
+
+	if (!c)
+		return -EINVAL;
+	EVR_CONN_OWNER(c);
+	k = evr__calltab_take(&c->rpc_tab, id);
+	if (!k)
+		return -ENOENT;
+	call_give_up(c, k, -ECANCELED);
+	return 0;
+}
+
+/* ---- hooks of the message layer ---- */
+
+void evr__rpc_reply(evr_conn *c, uint32_t id, const void *data, size_t len)
+{
+	struct rpc_call *k = evr__calltab_take(&c->rpc_tab, id);
+
+	if (!k) {
+		c->ctx->st.late_replies++; /* given up, or never made */
+		return;
+	}
+	k->known = true;
+	k->status = 0;
+	k->cause = BY_REPLY;
+	if (k->timed) {
+		evr__timer_stop(&c->ctx->timers, &k->tm);
+		/* A pass of the loop that takes many completions runs its
+		 * timers after them: a reply that came after the deadline
+		 * still ends the call as the deadline would have. */
+		if (ev_time() >= k->tm.at) {
+			c->ctx->st.late_replies++;
+			k->status = -ETIMEDOUT;
+			k->cause = BY_DEADLINE;
+			call_maybe_end(k);
+			return;
+		}
+	}
+	if (!k->op) {
+		call_end(k, data, len); /* inside the delivery: hold works */
+		return;
+	}
+	/* the request's completion is still to be polled: keep the reply */
+	k->reply = evr_conn_hold(c);
+	if (!k->reply) {
+		k->status = -ENOMEM;
+		EVR_WARN(c->ctx, "conn %p: no memory to keep the reply of call "
+				 "%u",
+			 (void *)c, id);
+	}
+}
+
+bool evr__rpc_live(const evr_conn *c, uint32_t id)
+{
+	return evr__calltab_find(&c->rpc_tab, id) != NULL;
+}
+
+static void req_unlink(struct evr_request *r)
+{
+	if (r->state != REQ_GONE) {
+		evr__list_del(&r->link);
+		r->state = REQ_GONE;
+	}
+}
+
+static void req_free(struct evr_request *r)
+{
+	req_unlink(r);
+	evr__conn_unref(r->c);
+	free(r);
+}
+
+void evr__rpc_request(evr_conn *c, uint32_t id, const void *data, size_t len)
+{
+	evr_ctx *ctx = c->ctx;
+	struct evr_request *r;
+
+	if (!c->o.on_request) {
+		ctx->st.requests_unserved++;
+		return;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		EVR_ERR(ctx, "conn %p: no memory for a request handle",
+			(void *)c);
+		evr__conn_fail(c, -ENOMEM);
+		return;
+	}
+	evr__conn_ref(c);
+	r->c = c;
+	r->id = id;
+	r->state = REQ_OPEN;
+	evr__list_add_tail(&c->rpc_reqs, &r->link);
+	ctx->st.requests++;
+	c->o.on_request(c, r, data, len, c->o.arg);
+}
+
+void evr__rpc_cancel(evr_conn *c, uint32_t id)
+{
+	struct evr__list *pos;
+
+	evr__list_for_each(pos, &c->rpc_reqs)
+	{
+		struct evr_request *r =
+			evr__container_of(pos, struct evr_request, link);
+
+		if (r->id == id && r->state == REQ_OPEN) {
+			r->state = REQ_CANCELLED;
+			c->ctx->st.requests_cancelled++;
+			return;
+		}
+	}
+	/* answered already, or never delivered: nothing to do */
+}
+
+int evr_reply(evr_request *r, const void *buf, size_t len, evr_op_cb cb,
+	      void *arg)
+{
+	evr_conn *c;
+	int err;
+
+	if (!r)
+		return -EINVAL;
+	c = r->c;
+	EVR_CONN_OWNER(c);
+	if (!buf && len)
+		err = -EINVAL;
+	else if (r->state == REQ_CANCELLED)
+		err = -ECANCELED;
+	else if (r->state == REQ_GONE || !evr__conn_open(c))
+		err = -ENOTCONN;
+	else
+		err = evr__msg_send_call(c, buf, len, EVR_F_REPLY, r->id, cb,
+					 arg, NULL);
+	if (err == -EPIPE)
+		err = -ENOTCONN;
+	req_free(r); /* spent, whatever the outcome */
+	return err;
+}
+
+void evr_request_drop(evr_request *r)
+{
+	if (!r)
+		return;
+	EVR_CONN_OWNER(r->c);
+	req_free(r);
+}
+
+evr_conn *evr_request_conn(const evr_request *r)
+{
+	return r ? r->c : NULL;
+}
+
+/* ---- the conn's end ---- */
+
+void evr__rpc_teardown(evr_conn *c, int status)
+{
+	uint32_t id;
+
+	evr__msg_teardown(c, status);
+	/* requests: the handles stay the user's, answering sends nothing */
+	while (!evr__list_empty(&c->rpc_reqs))
+		req_unlink(evr__container_of(c->rpc_reqs.next,
+					     struct evr_request, link));
+	/* calls: each ends with the conn's error, once its request's send
+	 * is over (flushed, if it is still posted) */
+	while ((id = evr__calltab_first(&c->rpc_tab))) {
+		struct rpc_call *k = evr__calltab_take(&c->rpc_tab, id);
+
+		k->known = true;
+		k->status = evr__op_user_status(c, status ? status
+							  : -ECANCELED);
+		if (k->timed)
+			evr__timer_stop(&c->ctx->timers, &k->tm);
+		call_maybe_end(k);
+	}
+}
+
+void evr__rpc_release(evr_conn *c)
+{
+	evr__msg_detach_held(c);
+	evr__calltab_fini(&c->rpc_tab);
+}
