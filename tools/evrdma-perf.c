@@ -1,18 +1,21 @@
 /*
- * evrdma-perf: latency, bandwidth, message-rate and connection-rate
- * measurements of evrdma, in the manner of perftest.
+ * evrdma-perf: latency, bandwidth, message-rate, call-rate and
+ * connection-rate measurements of evrdma, in the manner of perftest.
  *
  *   evrdma-perf -s [-a ADDR] [-p PORT] [-v]
- *   evrdma-perf -c ADDR [-p PORT] [-t lat|bw|rate|conn] [-S SIZES]
+ *   evrdma-perf -c ADDR [-p PORT] [-t lat|bw|rate|conn|rpc] [-S SIZES]
  *               [-n ITERS | -D SECONDS] [-w WINDOW] [-C CONNS]
  *               [-m event|poll|adaptive] [--load idle|light|sat]
  *               [--rate R] [--ramp W] [--burst] [--json | --csv]
+ *               [--rpc-cancel PCT] [--rpc-expire PCT]
  *
  * Design.  One program, two roles, one thread, one libev loop.  Each client
  * connection says in its connect user bytes what the server is to do with
  * it (echo every message, swallow them, or just connect and close) and in
  * which completion mode the server should run, so one server runs any
  * sequence of tests; while it has no connection it sleeps in EVENT mode.
+ * Every connection also serves calls (evr_call), answered with as many
+ * bytes as the request: the rpc test.
  * perf.h lists the files and what each holds.
  *
  * This file holds the command line: options, their checks and defaults,
@@ -116,31 +119,35 @@ static void usage(void)
 {
 	fprintf(stderr,
 "usage: evrdma-perf -s [-a ADDR] [-p PORT] [-T THREADS] [-v] [CTX-OPTIONS]\n"
-"       evrdma-perf -c ADDR [-p PORT] [-t lat|bw|rate|conn] [-S SIZES]\n"
+"       evrdma-perf -c ADDR [-p PORT] [-t lat|bw|rate|conn|rpc] [-S SIZES]\n"
 "                   [-T THREADS]\n"
 "                   [-n ITERS | -D SECONDS] [-w WINDOW] [-C CONNS]\n"
 "                   [-m event|poll|adaptive] [--load idle|light|sat]\n"
 "                   [--rate R] [--ramp W] [--burst] [--mt]\n"
+"                   [--rpc-cancel PCT] [--rpc-expire PCT]\n"
 "                   [--json | --csv] [CTX-OPTIONS]\n"
 "  -s            serve (any number of tests, until SIGINT/SIGTERM)\n"
 "  -a ADDR       server: local address to listen on (default any)\n"
 "  -T THREADS    server: serve the connections on THREADS worker threads,\n"
 "                each with its own ctx, placing each on the least loaded\n"
 "                (default: on the listener's thread); 1 to %d.  Client\n"
-"                (lat, bw, rate): THREADS threads, each with its own ctx\n"
+"                (lat, bw, rate, rpc): THREADS threads, each with its ctx\n"
 "                and its share of the CONNS connections, measuring\n"
 "                together; rates add up, latencies are merged\n"
 "  -c ADDR       client: the server's address (IPv4 or IPv6)\n"
 "  -p PORT       port (default %d)\n"
 "  -t TEST       lat: ping-pong; bw: one-way stream; rate: small-message\n"
-"                rate (one-way); conn: connect/close rate (default lat)\n"
+"                rate (one-way); conn: connect/close rate; rpc: calls\n"
+"                (evr_call), WINDOW in flight, each answered at once with\n"
+"                as many bytes (default lat)\n"
 "  -S SIZES      message sizes, comma separated: 64,4k,1M; a range A:B\n"
 "                doubles from A to B (8:1M); 1 byte to 64M (default 64;\n"
 "                bw: 64k)\n"
-"  -n ITERS      messages per connection (conn: connections in all)\n"
+"  -n ITERS      messages (rpc: calls) per connection (conn: connections\n"
+"                in all)\n"
 "  -D SECONDS    run each size this long instead of -n\n"
-"  -w WINDOW     messages in flight per connection (bw, rate, --load sat;\n"
-"                default 16, rate 64)\n"
+"  -w WINDOW     messages in flight per connection (bw, rate, rpc,\n"
+"                --load sat; default 16, rate 64)\n"
 "  -C CONNS      connections in parallel (default 1, at most 10000)\n"
 "  --burst       with -t conn: CONNS connects at once, each held open\n"
 "                until the last is up; the time is the burst's setup,\n"
@@ -154,19 +161,27 @@ static void usage(void)
 "  --rate R      with --load light: R pings/s per connection instead;\n"
 "                a connection whose last ping is not back skips its\n"
 "                turn (CSV and JSON count these as skipped)\n"
-"  --ramp W      lat, bw, rate: open the CONNS connections W connects\n"
+"  --ramp W      lat, bw, rate, rpc: open the CONNS connections W connects\n"
 "                at a time instead of all at once\n"
 "  --mt          bw, rate: the sends come from another thread\n"
 "                (evr_send_mt: copied, sent from the ctx's thread)\n"
+"  --rpc-cancel PCT  rpc: PCT%% of the calls are cancelled right after\n"
+"                they are made (they must end -ECANCELED)\n"
+"  --rpc-expire PCT  rpc: PCT%% of the calls get a deadline of %d ms and\n"
+"                ask the server to answer %d ms late (they must end\n"
+"                -ETIMEDOUT, or answered if the deadline ran that late);\n"
+"                the latencies are of the other calls answered\n"
 "  --json, --csv machine-readable output instead of the table\n"
 "CTX-OPTIONS set evr_ctx_opts fields of this side's ctx (default: the\n"
 "library's): --sq-depth N, --srq-buffers N, --window-idle MS,\n"
 "--eager-size BYTES (64 to 1M: the receive buffers are this plus 8,\n"
 "rounded up to 64)\n"
-"Latencies are half round trips (us); cpu_us/m is the client's CPU time\n"
-"per message, cpu%% and srv%% the client's and server's CPU time per wall\n"
-"second (getrusage), switch the adaptive mode switches.\n",
-		MAX_THREADS, PERF_PORT, LIGHT_RATE);
+"Latencies are half round trips (us; rpc: whole calls); cpu_us/m is the\n"
+"client's CPU time per message (rpc: per call), cpu%% and srv%% the\n"
+"client's and server's CPU time per wall second (getrusage), switch the\n"
+"adaptive mode switches.\n",
+		MAX_THREADS, PERF_PORT, LIGHT_RATE, RPC_EXPIRE_MS,
+		RPC_DELAY_MS);
 	exit(2);
 }
 
@@ -184,6 +199,8 @@ int main(int argc, char **argv)
 		{"window-idle", required_argument, NULL, 'I'},
 		{"eager-size", required_argument, NULL, 'E'},
 		{"mt", no_argument, NULL, 'M'},
+		{"rpc-cancel", required_argument, NULL, 'K'},
+		{"rpc-expire", required_argument, NULL, 'X'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -191,6 +208,7 @@ int main(int argc, char **argv)
 	const char *listen_addr = NULL;
 	char *sizes = NULL;
 	int server = 0, verbose = 0, have_w = 0, have_n = 0, threads = 0, opt;
+	bool have_rpc = false;
 	unsigned long long v;
 	size_t sz;
 	char *end;
@@ -217,9 +235,10 @@ int main(int argc, char **argv)
 			o.port = (int)v;
 			break;
 		case 't':
-			for (v = 0; v < 4 && strcmp(optarg, test_str[v]); v++)
+			for (v = 0; v < T_COUNT && strcmp(optarg, test_str[v]);
+			     v++)
 				;
-			if (v == 4)
+			if (v == T_COUNT)
 				usage();
 			o.test = (enum test)v;
 			break;
@@ -311,6 +330,14 @@ int main(int argc, char **argv)
 		case 'M':
 			o.mt = true;
 			break;
+		case 'K':
+		case 'X':
+			if (parse_ull(optarg, 0, 100, &v) < 0)
+				usage();
+			*(opt == 'K' ? &o.rpc_cancel : &o.rpc_expire) =
+				(unsigned)v;
+			have_rpc = true;
+			break;
 		case 'T':
 			if (parse_ull(optarg, 1, MAX_THREADS, &v) < 0)
 				usage();
@@ -334,7 +361,10 @@ int main(int argc, char **argv)
 	    (o.load && o.test != T_LAT))
 		usage();
 	/* the window is for the windowed tests only */
-	if (have_w && o.test != T_BW && o.test != T_RATE && o.load != L_SAT)
+	if (have_w && o.test != T_BW && o.test != T_RATE && o.test != T_RPC &&
+	    o.load != L_SAT)
+		usage();
+	if (have_rpc && (o.test != T_RPC || o.rpc_cancel + o.rpc_expire > 100))
 		usage();
 	if (!have_w)
 		o.window = o.test == T_RATE ? 64 : 16;

@@ -4,7 +4,7 @@
  * close, and the progress timer every test shares.
  *
  * One evr_ctx, one libev loop, CONNS connections per measurement.  The
- * tests themselves are in perf-msg.c (lat, bw, rate) and perf-conn.c
+ * tests themselves are in perf-msg.c (lat, bw, rate, rpc) and perf-conn.c
  * (conn); this file starts them, starts the clock when every connection
  * is ready (run_start) and stops it when the last one has finished its
  * data (take_end): the last echo, the final report of a one-way test, or
@@ -62,6 +62,8 @@ int client_connect(struct pconn *pc, enum kind kind,
 	co.arg = pc;
 	co.user_data = desc;
 	co.user_len = sizeof(desc);
+	if (p->o.test == T_RPC)
+		co.max_calls = p->window; /* a window above 256 is no error */
 	rc = evr_connect(p->ctx, p->o.addr, (uint16_t)p->o.port, &co,
 			 &pc->conn);
 	if (rc < 0)
@@ -245,7 +247,9 @@ void run_start(struct perf *p)
 	if (p->o.load == L_IDLE || p->o.load == L_LIGHT)
 		return;
 	for (i = 0; i < p->o.conns && !p->failed; i++) {
-		if (p->kind == K_ECHO)
+		if (p->o.test == T_RPC)
+			pump_rpc(&p->pc[i]);
+		else if (p->kind == K_ECHO)
 			pump_echo(&p->pc[i]);
 		else
 			pump_sink(&p->pc[i]);
@@ -326,21 +330,37 @@ static int client_run(struct perf *p)
 		p->kind = K_CONN;
 		p->window = 1;
 		break;
+	case T_RPC: /* the server answers calls on any connection */
+		p->kind = K_ECHO;
+		p->window = o->window;
+		break;
 	}
 	for (i = 0; i < o->nsizes; i++)
 		if (o->sizes[i] > max)
 			max = o->sizes[i];
-	p->buf_len = max;
-	p->buf = malloc(max);
+	/* rpc: a second copy whose first byte asks for a late answer */
+	p->buf_len = o->test == T_RPC ? 2 * max : max;
+	p->buf = malloc(p->buf_len);
 	p->pc = calloc(o->conns, sizeof(*p->pc));
 	if (!p->buf || !p->pc) {
 		fprintf(stderr, "evrdma-perf: out of memory\n");
 		goto out_free;
 	}
-	memset(p->buf, 0xa5, max);
+	memset(p->buf, 0xa5, p->buf_len);
+	if (o->test == T_RPC) {
+		p->dbuf = p->buf + max;
+		p->dbuf[0] = RPC_DELAY_BYTE;
+	}
 	for (j = 0; j < o->conns; j++) {
-		p->pc[j].t_sent = calloc(p->window, sizeof(ev_tstamp));
-		if (!p->pc[j].t_sent) {
+		struct pconn *pc = &p->pc[j];
+
+		pc->t_sent = calloc(p->window, sizeof(ev_tstamp));
+		if (o->test == T_RPC) {
+			pc->rs = calloc(p->window, sizeof(*pc->rs));
+			pc->rfree = calloc(p->window, sizeof(*pc->rfree));
+		}
+		if (!pc->t_sent ||
+		    (o->test == T_RPC && (!pc->rs || !pc->rfree))) {
 			fprintf(stderr, "evrdma-perf: out of memory\n");
 			goto out_free;
 		}
@@ -362,15 +382,17 @@ static int client_run(struct perf *p)
 			p->n = 0;
 		else if (o->iters)
 			p->n = o->iters;
-		else if (o->test == T_LAT)
+		else if (o->test == T_LAT || o->test == T_RPC)
 			p->n = 10000;
 		else if (o->test == T_RATE)
 			p->n = 50000;
 		else /* bw: 256 MiB worth */
 			p->n = clamp_u64((256u << 20) / s, 100, 50000);
-		/* echo tests warm up with a tenth of the run, or 100 */
+		/* echo and call tests warm up with a tenth of the run, or
+		 * 100 */
 		p->warm = 0;
-		if (o->test == T_LAT && o->load != L_IDLE)
+		if ((o->test == T_LAT || o->test == T_RPC) &&
+		    o->load != L_IDLE)
 			p->warm = p->n ? clamp_u64(p->n / 10, 10, 1000) : 100;
 		if (run_one(p, s) < 0)
 			goto out_destroy;
@@ -405,9 +427,13 @@ out_destroy:
 	p->failed = 1; /* the aborts of evr_ctx_destroy are expected */
 	evr_ctx_destroy(p->ctx);
 out_free:
-	if (p->pc)
-		for (j = 0; j < o->conns; j++)
+	if (p->pc) {
+		for (j = 0; j < o->conns; j++) {
 			free(p->pc[j].t_sent);
+			free(p->pc[j].rs);
+			free(p->pc[j].rfree);
+		}
+	}
 	free(p->pc);
 	free(p->buf);
 	free(p->lat);

@@ -21,7 +21,7 @@
 #include "perf.h"
 
 const char desc_magic[4] = {'E', 'V', 'P', '1'};
-const char *const test_str[] = {"lat", "bw", "rate", "conn"};
+const char *const test_str[T_COUNT] = {"lat", "bw", "rate", "conn", "rpc"};
 const char *const load_str[] = {"-", "idle", "light", "sat"};
 
 struct perf_tune perf_tune;

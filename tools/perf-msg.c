@@ -1,7 +1,8 @@
 /*
  * perf-msg.c: the message tests of the evrdma-perf client -- lat (echo
- * ping-pong, also under --load idle, light or sat), and bw and rate (a
- * one-way stream the server swallows).
+ * ping-pong, also under --load idle, light or sat), bw and rate (a
+ * one-way stream the server swallows) -- and rpc, the echo's walk made
+ * with calls.
  *
  * Each connection walks the phases of enum phase (perf.h): connect, warm
  * up (echo tests), baseline report, wait for the others (perf-client.c
@@ -15,6 +16,18 @@
  * final report, whose count must match what was sent.  The first
  * connection to come up registers the send buffer, so that rendezvous
  * sends of large messages cost no registration.
+ *
+ * rpc keeps WINDOW calls (evr_call) in flight per connection, warm-up
+ * included, each answered with as many bytes; a latency sample is a whole
+ * call, from just before evr_call to its callback.  A share of the calls
+ * may be cancelled right after evr_call (--rpc-cancel: they must end
+ * -ECANCELED, possibly from inside evr_call_cancel) or made with an
+ * RPC_EXPIRE_MS deadline from a copy of the buffer whose first byte asks
+ * the server to answer RPC_DELAY_MS late (--rpc-expire: they end
+ * -ETIMEDOUT; or with the answer, when the loop ran their deadline that
+ * much late -- counted and reported, not a failure: a busy loop runs its
+ * timers late).  Calls end out of order, so each takes a slot of the
+ * window for its start time; the report requests are plain messages.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -267,6 +280,26 @@ void msg_end(struct perf *p)
 	uint64_t n = 0;
 	unsigned i;
 
+	if (p->o.test == T_RPC && !p->failed) {
+		struct evr_stats st;
+
+		evr_ctx_stats(p->ctx, &st);
+		fprintf(stderr, "evrdma-perf: rpc %zu B: %llu calls answered, "
+				"%llu cancelled, %llu expired; %llu late "
+				"replies\n",
+			p->size, (unsigned long long)p->rpc_ok,
+			(unsigned long long)p->rpc_cancelled,
+			(unsigned long long)p->rpc_expired,
+			(unsigned long long)(st.late_replies -
+					     p->st0.late_replies));
+		if (p->rpc_overran)
+			fprintf(stderr, "evrdma-perf: rpc %zu B: %llu calls "
+					"with a %d ms deadline were answered "
+					"(%d ms late): their deadline ran "
+					"late\n",
+				p->size, (unsigned long long)p->rpc_overran,
+				RPC_EXPIRE_MS, RPC_DELAY_MS);
+	}
 	if (p->mt_running) {
 		__atomic_store_n(&p->stop, true, __ATOMIC_SEQ_CST);
 		mt_wake(p);
@@ -416,6 +449,131 @@ void on_recv(evr_conn *conn, const void *data, size_t len, void *arg)
 		    pc->idx, len, phase_str[pc->ph]);
 }
 
+/* ---- rpc: calls ---- */
+
+static const char *const rpc_how_str[] = {"plain", "cancelled", "expiring"};
+
+static void rpc_on_end(evr_conn *conn, int status, const void *reply,
+		       size_t len, void *arg);
+
+/* Which share call k is in: 37 is prime to 100, so every 100 calls in a
+ * row take each residue once -- exact shares, spread out. */
+static enum rpc_how rpc_how(const struct perf *p, uint64_t k)
+{
+	unsigned r = (unsigned)(k * 37 % 100);
+
+	if (r < p->o.rpc_cancel)
+		return RPC_CANCEL;
+	if (r < p->o.rpc_cancel + p->o.rpc_expire)
+		return RPC_EXPIRE;
+	return RPC_PLAIN;
+}
+
+/* Make one call in a free slot of the window: 0, or the run failed. */
+static int rpc_make(struct pconn *pc, enum rpc_how how)
+{
+	struct perf *p = pc->p;
+	struct rpc_slot *s = &pc->rs[pc->rfree[--pc->nfree]];
+	evr_call_id id;
+	int rc;
+
+	s->pc = pc;
+	s->how = how;
+	s->t = mono_s();
+	rc = evr_call(pc->conn, how == RPC_EXPIRE ? p->dbuf : p->buf, p->size,
+		      how == RPC_EXPIRE ? RPC_EXPIRE_MS : 0, rpc_on_end, s,
+		      &id);
+	if (rc < 0) {
+		pc->nfree++; /* the slot's index is still there */
+		client_fail(p, "conn %u: evr_call of %zu bytes in phase %s: "
+			       "%s%s",
+			    pc->idx, p->size, phase_str[pc->ph],
+			    evr_strerror(rc),
+			    rc == -EOPNOTSUPP ? " (the server serves no calls)"
+					      : "");
+		return rc;
+	}
+	pc->sent++; /* before the cancel, whose callback may fire inside */
+	if (how == RPC_CANCEL) {
+		rc = evr_call_cancel(pc->conn, id);
+		if (rc < 0) {
+			client_fail(p, "conn %u: evr_call_cancel right after "
+				       "evr_call: %s",
+				    pc->idx, evr_strerror(rc));
+			return rc;
+		}
+	}
+	return 0;
+}
+
+/* Keep the window of calls full. */
+void pump_rpc(struct pconn *pc)
+{
+	struct perf *p = pc->p;
+
+	pc->in_pump = true;
+	while (pc->ph == PH_RUN && !p->stop && !p->failed &&
+	       (!p->n || pc->sent < p->n) &&
+	       pc->sent - pc->echoed < p->window) {
+		if (rpc_make(pc, rpc_how(p, pc->sent)) < 0)
+			break;
+	}
+	pc->in_pump = false;
+}
+
+static void rpc_on_end(evr_conn *conn, int status, const void *reply,
+		       size_t len, void *arg)
+{
+	static const int want[] = {[RPC_PLAIN] = 0,
+				   [RPC_CANCEL] = -ECANCELED,
+				   [RPC_EXPIRE] = -ETIMEDOUT};
+	struct rpc_slot *s = arg;
+	struct pconn *pc = s->pc;
+	struct perf *p = pc->p;
+	enum rpc_how how = s->how;
+	ev_tstamp t = mono_s();
+
+	(void)conn;
+	(void)reply;
+	pc->rfree[pc->nfree++] = (unsigned)(s - pc->rs);
+	p->events++;
+	if (p->failed)
+		return; /* the run broke off: the conn's end ends its calls */
+	if ((status != want[how] && !(how == RPC_EXPIRE && status == 0)) ||
+	    (status == 0 && len != p->size) ||
+	    (pc->ph != PH_WARMUP && pc->ph != PH_RUN && pc->ph != PH_DRAIN)) {
+		client_fail(p, "conn %u: a %s call ended with %s (%zu bytes) "
+			       "in phase %s",
+			    pc->idx, rpc_how_str[how], evr_strerror(status),
+			    len, phase_str[pc->ph]);
+		return;
+	}
+	if (pc->ph == PH_WARMUP) {
+		if (--pc->warm_left == 0)
+			request_report(pc, PH_BASE);
+		else
+			rpc_make(pc, RPC_PLAIN);
+		return;
+	}
+	if (how == RPC_PLAIN) {
+		p->rpc_ok++;
+		if (lat_add(p, (t - s->t) * 1e6) < 0) {
+			client_fail(p, "out of memory");
+			return;
+		}
+	} else if (how == RPC_CANCEL) {
+		p->rpc_cancelled++;
+	} else if (status == 0) {
+		p->rpc_overran++;
+	} else {
+		p->rpc_expired++;
+	}
+	pc->echoed++;
+	echo_check_end(pc);
+	if (!pc->in_pump)
+		pump_rpc(pc);
+}
+
 static void on_connect(evr_conn *conn, int status, void *arg);
 static void on_close(evr_conn *conn, int status, void *arg);
 
@@ -463,7 +621,10 @@ static void on_connect(evr_conn *conn, int status, void *arg)
 	if (p->kind == K_ECHO && p->warm) {
 		pc->ph = PH_WARMUP;
 		pc->warm_left = p->warm;
-		send_msg(pc, p->size);
+		if (p->o.test == T_RPC)
+			rpc_make(pc, RPC_PLAIN);
+		else
+			send_msg(pc, p->size);
 	} else {
 		request_report(pc, PH_BASE);
 	}
@@ -498,8 +659,10 @@ void msg_begin(struct perf *p)
 	unsigned i;
 
 	p->mt_done = false;
+	p->rpc_ok = p->rpc_cancelled = p->rpc_expired = p->rpc_overran = 0;
 	for (i = 0; i < p->o.conns; i++) {
 		struct pconn *pc = &p->pc[i];
+		unsigned k;
 
 		memset(&pc->base, 0, sizeof(pc->base));
 		memset(&pc->final, 0, sizeof(pc->final));
@@ -507,6 +670,9 @@ void msg_begin(struct perf *p)
 		pc->idx = i;
 		pc->sent = pc->echoed = pc->acked = 0;
 		pc->ph = PH_IDLE;
+		if (pc->rfree) /* rpc: every slot free */
+			for (k = 0, pc->nfree = p->window; k < p->window; k++)
+				pc->rfree[k] = k;
 	}
 	connect_more(p);
 }

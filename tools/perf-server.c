@@ -10,6 +10,16 @@
  * sleeps until the next test.  An empty message is a report request,
  * answered with a report (perf-common.c).
  *
+ * Every connection also serves calls (on_request is set, which is what
+ * agrees to them), for -t rpc: a request is answered with itself -- at
+ * once, held (evr_conn_hold) until the reply's send is done; or, when its
+ * first byte is RPC_DELAY_BYTE, RPC_DELAY_MS later by a timer of the
+ * server's loop, from a copy (a held receive buffer would keep its credit
+ * from the client all that time).  A late answer to a call the client
+ * gave up is harmless: evr_reply sends it (the client drops it), or
+ * returns -ENOTCONN or -ECANCELED and sends nothing.  Requests still held
+ * at exit are dropped.
+ *
  * With -T THREADS the listener's ctx only listens: each connection is
  * placed (evr_accept_on) on the worker thread with the fewest open
  * connections, each worker running a ctx on a libev loop of its own, so
@@ -26,6 +36,16 @@
 #include "perf.h"
 
 /* The listener's ctx, or a worker's (-T): each on its own thread. */
+/* A request to be answered RPC_DELAY_MS late, on its server's list. */
+struct held {
+	ev_timer w;
+	struct server *srv;
+	evr_request *req;
+	struct held *prev, *next;
+	size_t len;
+	uint8_t data[]; /* the request's, which the answer echoes */
+};
+
 struct server {
 	struct ev_loop *loop;
 	evr_ctx *ctx;
@@ -41,6 +61,7 @@ struct server {
 	bool worker;
 	pthread_t t;
 	int ready; /* 1 made, -errno failed; under start_mu */
+	struct held *held; /* delayed requests */
 };
 
 static pthread_mutex_t start_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -51,7 +72,6 @@ struct sconn {
 	enum kind kind;
 	int mode; /* the mode the test asked for */
 	uint64_t msgs, bytes;
-	size_t eager; /* the peer's eager size */
 };
 
 static void srv_conn_gone(struct server *srv)
@@ -124,12 +144,9 @@ static void srv_on_recv(evr_conn *conn, const void *data, size_t len,
 	sc->bytes += len;
 	if (sc->kind != K_ECHO)
 		return;
-	/* An eager echo is copied by evr_send anyway; a large one is sent back
-	 * from the received buffer itself, held until the send is done. */
-	if (len <= sc->eager) {
-		rc = evr_send(conn, data, len, NULL, NULL);
-		goto out;
-	}
+	/* The echo goes from the received buffer itself, held until its send
+	 * is done: evr_send reads its source when it posts, and a buffer
+	 * given back after on_recv could hold the next message by then. */
 	msg = evr_conn_hold(conn);
 	if (!msg) {
 		rc = -ENOMEM;
@@ -144,6 +161,106 @@ out:
 			evr_strerror(rc));
 		sc->srv->errors++;
 		evr_conn_close(conn, EVR_CLOSE_ABORT);
+	}
+}
+
+/* ---- calls ---- */
+
+static void srv_on_copy_sent(evr_conn *conn, int status, void *arg)
+{
+	(void)conn;
+	(void)status; /* a failed reply also ends the connection */
+	free(arg);
+}
+
+/* Answer req with buf; done(arg) frees buf once the reply's send is done
+ * -- or here, when there is no send. */
+static void srv_reply(struct server *srv, evr_request *req, const void *buf,
+		      size_t len, evr_op_cb done, void *arg)
+{
+	evr_conn *conn = evr_request_conn(req);
+	int rc = evr_reply(req, buf, len, done, arg);
+
+	if (rc == 0)
+		return;
+	done(NULL, rc, arg);
+	/* the handle is spent either way */
+	if (rc == -ENOTCONN || rc == -ECANCELED)
+		return; /* the call ended without it */
+	fprintf(stderr, "evrdma-perf: server reply: %s\n", evr_strerror(rc));
+	srv->errors++;
+	evr_conn_close(conn, EVR_CLOSE_ABORT);
+}
+
+static void held_unlink(struct held *h)
+{
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		h->srv->held = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+}
+
+static void srv_on_held(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct held *h = (struct held *)((char *)w - offsetof(struct held, w));
+
+	(void)loop;
+	(void)revents;
+	held_unlink(h);
+	srv_reply(h->srv, h->req, h->data, h->len, srv_on_copy_sent, h);
+}
+
+static void srv_on_request(evr_conn *conn, evr_request *req,
+			   const void *data, size_t len, void *arg)
+{
+	struct sconn *sc = arg;
+	struct server *srv = sc->srv;
+	evr_msg *msg;
+	struct held *h;
+
+	sc->msgs++;
+	sc->bytes += len;
+	if (!len || *(const uint8_t *)data != RPC_DELAY_BYTE) {
+		msg = evr_conn_hold(conn);
+		if (!msg)
+			goto nomem;
+		srv_reply(srv, req, data, len, srv_on_echo_sent, msg);
+		return;
+	}
+	h = malloc(sizeof(*h) + len);
+	if (!h)
+		goto nomem;
+	h->srv = srv;
+	h->req = req;
+	h->len = len;
+	memcpy(h->data, data, len);
+	h->prev = NULL;
+	h->next = srv->held;
+	if (h->next)
+		h->next->prev = h;
+	srv->held = h;
+	ev_timer_init(&h->w, srv_on_held, RPC_DELAY_MS / 1000.0, 0.);
+	ev_timer_start(srv->loop, &h->w);
+	return;
+nomem:
+	fprintf(stderr, "evrdma-perf: server: out of memory for a request\n");
+	srv->errors++;
+	evr_request_drop(req);
+	evr_conn_close(conn, EVR_CLOSE_ABORT);
+}
+
+/* Before the ctx goes: the requests still held are dropped. */
+static void drop_held(struct server *srv)
+{
+	while (srv->held) {
+		struct held *h = srv->held;
+
+		ev_timer_stop(srv->loop, &h->w);
+		held_unlink(h);
+		evr_request_drop(h->req);
+		free(h);
 	}
 }
 
@@ -177,12 +294,6 @@ static void srv_on_connect(evr_conn *conn, int status, void *arg)
 		return;
 	}
 	srv->conns++;
-	{
-		struct evr_conn_info ci;
-
-		sc->eager = evr_conn_info(conn, &ci) == 0 ? ci.peer_eager_size
-							  : 0;
-	}
 }
 
 static void srv_on_close(evr_conn *conn, int status, void *arg)
@@ -244,6 +355,7 @@ static void srv_on_accept(evr_listener *l, evr_conn_req *req,
 	co.on_connect = srv_on_connect;
 	co.on_recv = srv_on_recv;
 	co.on_close = srv_on_close;
+	co.on_request = srv_on_request; /* serve calls (-t rpc) */
 	co.arg = sc;
 	if (srv->nw) {
 		struct server *w = least_loaded(srv);
@@ -323,6 +435,7 @@ static void *worker_main(void *arg)
 	if (rc < 0)
 		return NULL;
 	ev_run(w->loop, 0); /* until the listener's thread calls stop_loop */
+	drop_held(w);
 	evr_ctx_destroy(w->ctx);
 	ev_loop_destroy(w->loop);
 	return NULL;
@@ -413,6 +526,7 @@ int run_server(const char *addr, int port, int verbose, int threads)
 	ev_run(srv.loop, 0);
 
 	evr_listener_close(srv.listener);
+	drop_held(&srv);
 	if (srv.nw)
 		stop_workers(&srv);
 	printf("evrdma-perf: server done: %llu connections, %llu errors\n",

@@ -7,9 +7,9 @@
  * The files: evrdma-perf.c (command line, main), perf-common.c (wire
  * encoding, clocks, CPU time, latency samples), perf-server.c (the server),
  * perf-client.c (the client: one measurement from connect to close, its
- * timers), perf-msg.c (the message tests lat, bw and rate), perf-conn.c
- * (the connection-rate test), perf-output.c (a result's figures and their
- * table, CSV and JSON forms).
+ * timers), perf-msg.c (the message tests lat, bw and rate, and the call
+ * test rpc), perf-conn.c (the connection-rate test), perf-output.c (a
+ * result's figures and their table, CSV and JSON forms).
  */
 #ifndef EVRDMA_PERF_H
 #define EVRDMA_PERF_H
@@ -54,10 +54,18 @@ struct report {
 	uint64_t wakeups;	/* server ctx completion-channel wakeups */
 };
 
+/* -t rpc: every connection serves calls (evr_call); the server answers a
+ * request at once with as many bytes, or RPC_DELAY_MS later when its first
+ * byte is RPC_DELAY_BYTE (the client gives those calls RPC_EXPIRE_MS). */
+#define RPC_DELAY_BYTE 0xde
+#define RPC_DELAY_MS 20
+#define RPC_EXPIRE_MS 1
+
 /* ------------------------------------------------------------------------ */
 /* Client: options and results                                              */
 
-enum test { T_LAT, T_BW, T_RATE, T_CONN };
+enum test { T_LAT, T_BW, T_RATE, T_CONN, T_RPC };
+#define T_COUNT (T_RPC + 1)
 extern const char *const test_str[];
 
 enum load { L_NONE, L_IDLE, L_LIGHT, L_SAT };
@@ -82,6 +90,9 @@ struct opts {
 	enum fmt fmt;
 	bool mt;	/* bw, rate: send from another thread (evr_send_mt) */
 	unsigned threads; /* client threads, each a ctx (0, 1: one) */
+	/* rpc: percent of the calls cancelled right after evr_call, and
+	 * made with an RPC_EXPIRE_MS deadline against a delayed answer */
+	unsigned rpc_cancel, rpc_expire;
 };
 
 /* One row of output. */
@@ -121,6 +132,20 @@ enum phase {
 
 struct perf;
 
+/* -t rpc: how a call is made, and what must end it. */
+enum rpc_how {
+	RPC_PLAIN,  /* answered: status 0, p->size bytes back */
+	RPC_CANCEL, /* cancelled at once: -ECANCELED */
+	RPC_EXPIRE, /* answered too late: -ETIMEDOUT */
+};
+
+/* -t rpc: a call in flight, in its connection's window. */
+struct rpc_slot {
+	struct pconn *pc;
+	ev_tstamp t; /* when it was made */
+	enum rpc_how how;
+};
+
 struct pconn {
 	struct perf *p;
 	evr_conn *conn;
@@ -131,6 +156,12 @@ struct pconn {
 	ev_tstamp *t_sent;	/* send time, ring of window entries */
 	uint64_t t_conn;	/* conn test: when evr_connect was called */
 	struct report base, final;
+	/* rpc: the window's slots, those free (a stack), and whether
+	 * pump_rpc is on the stack (a call's callback can fire inside
+	 * evr_call_cancel) */
+	struct rpc_slot *rs;
+	unsigned *rfree, nfree;
+	bool in_pump;
 };
 
 struct perf {
@@ -140,6 +171,7 @@ struct perf {
 	evr_mr *mr;	/* the send buffer, readable by the peer */
 	uint8_t *buf;
 	size_t buf_len;
+	uint8_t *dbuf;	/* rpc: requests to be answered late (in buf) */
 	struct pconn *pc;
 	int failed;
 
@@ -156,6 +188,8 @@ struct perf {
 	unsigned nlaunched, nanswered; /* message tests: connects */
 	unsigned nready, ndata, ndone, nclosed;
 	uint64_t started, finished; /* conn test */
+	/* rpc: calls ended; expiring ones answered all the same */
+	uint64_t rpc_ok, rpc_cancelled, rpc_expired, rpc_overran;
 	bool conn_warm;	 /* conn test: the untimed first connection */
 	uint64_t t_begin, t0, t1, cpu0, cpu1;
 	struct evr_stats st0, st1;
@@ -228,6 +262,7 @@ void close_all(struct perf *p);
 /* perf-msg.c */
 void msg_begin(struct perf *p);
 void pump_echo(struct pconn *pc);
+void pump_rpc(struct pconn *pc);
 void pump_sink(struct pconn *pc);
 void msg_end(struct perf *p);
 void on_recv(evr_conn *conn, const void *data, size_t len, void *arg);

@@ -6,7 +6,10 @@
  * mt_echo_server, whose worker threads must each serve some connections;
  * and evrdma-perf's threaded modes (server -T, client -T, --mt).  While an
  * RDMA client floods epoll_echo_server, a TCP client talks to the same
- * single-threaded server and must keep getting its echoes.
+ * single-threaded server and must keep getting its echoes.  rpc_client's
+ * workload against rpc_server (it exits non-zero unless every call ended
+ * once, as expected: answered and verified, expired, cancelled), and
+ * evrdma-perf's call test with cancelled and expiring calls.
  *
  * The programs are found relative to the build directory, where the test
  * harness runs.
@@ -247,6 +250,87 @@ static void test_perf_threads(void **state)
 	assert_int_equal(wait_exit(s, 30), 0);
 }
 
+static int run_rpc_client(const char *n, const char *w)
+{
+	char *argv[] = {"samples/rpc_client", "-a", (char *)rt_addr(), "-p",
+			port_str, "-n", (char *)n, "-w", (char *)w, "-t", "100",
+			NULL};
+
+	return wait_exit(spawn(argv), 120);
+}
+
+/* rpc_client's workload, at three windows, against one rpc_server: every
+ * run ends well, and the server logged each connection up and closed. */
+static void test_rpc(void **state)
+{
+	char *srv[] = {"samples/rpc_server", "-a", (char *)rt_addr(), "-p",
+		       port_str, NULL};
+	char line[256];
+	int up = 0, closed = 0;
+	pid_t s;
+
+	(void)state;
+	pick_ports();
+	s = spawn_server(srv);
+	assert_int_equal(run_rpc_client("2000", "16"), 0);
+	assert_int_equal(run_rpc_client("300", "1"), 0);
+	assert_int_equal(run_rpc_client("4000", "64"), 0);
+	kill(s, SIGINT);
+	assert_int_equal(wait_exit(s, 30), 0);
+	while (fgets(line, sizeof(line), server_out)) {
+		printf("%s", line);
+		if (!strstr(line, "rpc_server: connection from"))
+			continue;
+		if (strstr(line, " up\n"))
+			up++;
+		else
+			closed++;
+	}
+	assert_int_equal(up, 3);
+	assert_int_equal(closed, 3);
+}
+
+/* A server that does not serve calls (echo_server: its conns agree to
+ * none): rpc_client fails, exit 1; bad options: exit 2. */
+static void test_rpc_client_refused(void **state)
+{
+	char *srv[] = {"samples/echo_server", "-a", (char *)rt_addr(), "-p",
+		       port_str, "-n", "1", NULL};
+	char *bad[] = {"samples/rpc_client", "-n", "10", NULL};
+	pid_t s;
+
+	(void)state;
+	assert_int_equal(wait_exit(spawn(bad), 30), 2);
+	pick_ports();
+	s = spawn_server(srv);
+	assert_int_equal(run_rpc_client("10", "4"), 1);
+	assert_int_equal(wait_exit(s, 30), 0);
+}
+
+/* evrdma-perf -t rpc: every call counted, with cancelled and expiring
+ * calls among them, on eager and rendezvous sizes, with client threads;
+ * the server (which held some requests) exits cleanly. */
+static void test_perf_rpc(void **state)
+{
+	char *srv[] = {"tools/evrdma-perf", "-s", "-a", (char *)rt_addr(),
+		       "-p", port_str, NULL};
+	pid_t s;
+
+	(void)state;
+	pick_ports();
+	s = spawn_server(srv);
+	assert_int_equal(perf_msgs("-t rpc -S 64 -n 2000 -C 2 --rpc-cancel 10 "
+				   "--rpc-expire 10"),
+			 4000);
+	assert_int_equal(perf_msgs("-t rpc -S 64k -n 300 -w 8 --rpc-cancel 20 "
+				   "--rpc-expire 20"),
+			 300);
+	assert_int_equal(perf_msgs("-t rpc -S 4k -n 1000 -C 2 -T 2 -m poll"),
+			 2000);
+	kill(s, SIGINT);
+	assert_int_equal(wait_exit(s, 30), 0);
+}
+
 /* A blocking TCP echo round trip of len bytes; 0 when the echo matches. */
 static int tcp_roundtrip(int fd, uint32_t seq, size_t len)
 {
@@ -371,6 +455,9 @@ int main(void)
 		cmocka_unit_test_teardown(test_epoll_server_et, teardown),
 		cmocka_unit_test_teardown(test_client_usage, teardown),
 		cmocka_unit_test_teardown(test_client_no_server, teardown),
+		cmocka_unit_test_teardown(test_rpc, teardown),
+		cmocka_unit_test_teardown(test_rpc_client_refused, teardown),
+		cmocka_unit_test_teardown(test_perf_rpc, teardown),
 	};
 
 	rt_init(900);
