@@ -835,8 +835,9 @@ EVR_EXPORT int evr_call(evr_conn *conn, const void *req, size_t len,
 
 /**
  * Give up a call: its cb fires with -ECANCELED -- at once (inside this
- * call) when its request was not sent or its send has completed, else
- * once the request's send and any read of it by the peer are over.  A
+ * call) when its request was not posted, went eagerly (copied when
+ * posted) or its rendezvous is over, else once the request's send and
+ * the peer's read of it are over.  A
  * request that was sent is cancelled at the peer too: it does not read
  * what it has not started to read, does not deliver what it has not
  * delivered, and its evr_reply() to one delivered returns -ECANCELED.  A reply that comes later is counted

@@ -125,6 +125,9 @@ int evr__msg_send_call(evr_conn *c, const void *buf, size_t len,
 		return err;
 	op->call_flags = flags;
 	op->call_id = id;
+	/* a request's sender waits for the end of its send only while the
+	 * peer can read its buffer: an eager one is done with at its post */
+	op->cb_at_post = (flags & EVR_F_CALL) != 0;
 	if (opp)
 		*opp = op;
 	return 0;
@@ -446,6 +449,15 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 		gather(b->data + EVR_HDR_SIZE + idlen, op);
 		op->u.msg.buf = b;
 		evr__op_set_send(op, b, EVR_HDR_SIZE + h.len, &c->sq);
+	}
+	/* A call's eager request is the caller's no more once built (copied,
+	 * or inline): its callback says so now, and its completion is
+	 * nobody's to wait for. */
+	if (op->cb_at_post) {
+		evr_op_cb cb = op->cb;
+
+		op->cb = NULL;
+		cb(c, 0, op->arg);
 	}
 	/* Nobody waits for the completion of a message without a callback:
 	 * its WR may end the batch unsignaled (sq.c), and it counts as sent

@@ -8,15 +8,15 @@
  *
  * Client side, a call ends -- its callback fires, exactly once -- when
  * both are true: its outcome is known (the reply, the deadline, a cancel,
- * the conn's end) and its request's send is over (eager: its completion;
- * rendezvous: its completion and the peer's FIN).  The second is what
- * makes the request buffer the caller's again when the callback fires:
- * no send of it is left and no read of it by the peer can still come.
- * A call given up is out of the table at once (a late reply finds
- * nothing); its request is withdrawn when still queued, else the peer is
- * told (CANCEL), which makes it skip a read it has not started.  A reply
- * that comes before the request's send completion was polled is held
- * (evr_conn_hold) until then.
+ * the conn's end) and its request's send is over (eager: built for its
+ * post, its bytes copied; rendezvous: its completion and the peer's FIN).
+ * The second is what makes the request buffer the caller's again when the
+ * callback fires: nothing reads it any more, here or at the peer.  A call
+ * given up is out of the table at once (a late reply finds nothing); its
+ * request is withdrawn when still queued, else the peer is told (CANCEL),
+ * which makes it skip a read it has not started.  A reply to a
+ * rendezvous request that comes before the request's completion was
+ * polled is held (evr_conn_hold) until then.
  *
  * Server side, a request is delivered with a handle that holds a
  * reference to the conn; the handle is the user's until answered or
@@ -119,7 +119,9 @@ static void call_maybe_end(struct rpc_call *k)
 		call_end(k, NULL, 0);
 }
 
-/* The request's send is over (its op's callback). */
+/* The request's send is over (its op's callback): an eager one's when
+ * it is built for its post (msg.c, cb_at_post), a rendezvous one's when
+ * both its send and the peer's FIN are. */
 static void request_sent(evr_conn *c, int status, void *arg)
 {
 	struct rpc_call *k = arg;
@@ -241,12 +243,15 @@ int evr_call_cancel(evr_conn *c, evr_call_id id)
 
 void evr__rpc_reply(evr_conn *c, uint32_t id, const void *data, size_t len)
 {
-	struct rpc_call *k = evr__calltab_take(&c->rpc_tab, id);
+	struct rpc_call *k = evr__calltab_find(&c->rpc_tab, id);
 
-	if (!k) {
-		c->ctx->st.late_replies++; /* given up, or never made */
+	/* given up, or never made; or the reply of a request not even sent
+	 * (a peer guessing ids): nothing the call waits for */
+	if (!k || (k->op && k->op->queued)) {
+		c->ctx->st.late_replies++;
 		return;
 	}
+	evr__calltab_take(&c->rpc_tab, id);
 	k->known = true;
 	k->status = 0;
 	k->cause = BY_REPLY;

@@ -7,9 +7,21 @@
  *
  * Our side is the caller on a conn it connected (the peer's reply agrees
  * to calls), or the server on one it accepted with on_request (the peer's
- * request offers them).  Cases: eager and rendezvous calls, with the
- * reply before or after the request's send is over; cancel of a call in
- * each state of its request (queued, posted, completed, rendezvous
+ * request offers them).
+ *
+ * A call's request is done with -- the caller's buffer its own again --
+ * when eager, as soon as it is built for its post (its bytes copied into
+ * a pool buffer or inline into the WR): its WR is quiet, nobody waits for
+ * its completion, and a reply, a cancel, a deadline or the conn's end
+ * after the post ends the call at once; the completion that comes later
+ * (or its flush) fires nothing.  When rendezvous, only once its REQ's
+ * send completed and the peer's FIN came: a reply before both is held
+ * until then, and a cancel, a deadline or the conn's end wait for them.
+ *
+ * Cases: eager and rendezvous calls, with the reply before or after the
+ * request's send is over (eager: delivered at once; rendezvous: held);
+ * quiet WRs of eager requests completed late or flushed; cancel of a call
+ * in each state of its request (queued, posted, completed, rendezvous
  * awaiting its FIN); deadlines; the conn's end with calls in every state;
  * back-pressure, refusals and argument errors; the handshake's features
  * byte; requests served, answered, cancelled before and after delivery,
@@ -150,6 +162,24 @@ static int setup_server_srq(void **state)
 	const struct how h = {true, true, true, 0};
 
 	return setup_srq_how(state, &h);
+}
+
+/* Our side connects on a ctx that signals one send WR in 4 (and the
+ * last of a batch, unless it is quiet); the peer agrees to calls. */
+static int setup_interval(void **state)
+{
+	struct evr_ctx_opts o;
+	struct fix *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	peer_mocks_reset();
+	peer_ctx_opts(&o);
+	o.signal_interval = 4;
+	f->ctx = peer_start(&f->p, &o);
+	f->p.calls = true;
+	peer_connect(&f->p);
+	*state = f;
+	return 0;
 }
 
 static int teardown(void **state)
@@ -386,19 +416,102 @@ static void test_eager_call(void **state)
 	expect_quiet(p);
 }
 
-/* A reply that comes before the request's send completion was polled is
- * held (its receive buffer kept): the call ends at the completion, once,
- * with the reply's bytes, and the buffer is posted again. */
+/* A reply that comes before the peer acknowledged an eager request is
+ * delivered at once: the request was done with when it was built for its
+ * post, whether inline (call 0) or copied into a pool buffer (call 1), so
+ * nothing waits for its completion.  Each call ends once, with its
+ * reply's bytes, and the receive buffer is posted again at once (not
+ * held); the requests' completions, when they come, change nothing: no
+ * second callback, nothing on the wire, each request counted sent once
+ * (at its post). */
 static void test_eager_reply_before_ack(void **state)
 {
 	struct fix *f = *state;
 	struct peer *p = &f->p;
+	static uint8_t req1[600];
+	struct peer_frame fr;
+	struct evr_stats st;
 	unsigned posted;
-	uint32_t id;
+	uint32_t id0, id1;
 
-	id = peer_call(p, "q", 1, 0, 0);
+	memset(req1, 0x42, sizeof(req1));
+	id0 = peer_call(p, "q", 1, 0, 0);
+	id1 = peer_call(p, req1, sizeof(req1), 0, 1);
 	peer_pump(f->ctx);
-	expect_eager(p, EVR_F_CALL, id, "q", 1);
+	assert_true(peer_next(p, &fr));
+	assert_true(fr.wr.flags & IBV_SEND_INLINE);
+	assert_true(fr.parsed);
+	assert_int_equal(fr.msg.hdr.flags, EVR_F_CALL);
+	assert_int_equal(fr.msg.call_id, id0);
+	assert_true(peer_next(p, &fr));
+	assert_false(fr.wr.flags & IBV_SEND_INLINE);
+	assert_true(fr.parsed);
+	assert_int_equal(fr.msg.hdr.flags, EVR_F_CALL);
+	assert_int_equal(fr.msg.call_id, id1);
+	assert_int_equal(fr.msg.plen, sizeof(req1));
+	assert_memory_equal(fr.msg.payload, req1, sizeof(req1));
+	expect_quiet(p);
+	/* built and posted, not completed: no outcome yet */
+	assert_int_equal(p->conn->sq.outstanding, 2);
+	assert_int_equal(p->ncall_calls, 0);
+	st = stats(f->ctx);
+	assert_int_equal(st.msgs_sent, 2); /* counted at the post */
+	assert_int_equal(st.bytes_sent, 1 + sizeof(req1));
+	posted = peer_recvs_posted(p);
+	peer_call_eager(p, EVR_F_REPLY, id1, "early1", 6, 1);
+	peer_pump(f->ctx);
+	expect_call(p, 1, 0, "early1", 6);
+	assert_int_equal(p->call_calls[0], 0);
+	peer_call_eager(p, EVR_F_REPLY, id0, "early0", 6, 1);
+	peer_pump(f->ctx);
+	expect_call(p, 0, 0, "early0", 6);
+	assert_int_equal(p->ncall_calls, 2);
+	assert_int_equal(peer_recvs_posted(p), posted); /* nothing held */
+	assert_int_equal(evr_call_cancel(p->conn, id0), -ENOENT);
+	assert_int_equal(evr_call_cancel(p->conn, id1), -ENOENT);
+	assert_int_equal(p->conn->rpc_tab.n, 0);
+	assert_int_equal(stats(f->ctx).calls_ok, 2);
+	/* the acks come (a credit update may have joined them): nothing
+	 * more */
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->conn->sq.outstanding, 0);
+	assert_int_equal(p->ncall_calls, 2);
+	assert_int_equal(p->call_calls[0], 1);
+	assert_int_equal(p->call_calls[1], 1);
+	expect_quiet(p);
+	assert_int_equal(peer_recvs_posted(p), posted);
+	st = stats(f->ctx);
+	assert_int_equal(st.calls, 2);
+	assert_int_equal(st.calls_ok, 2);
+	assert_int_equal(st.calls_cancelled, 0);
+	assert_int_equal(st.late_replies, 0);
+	assert_int_equal(st.msgs_sent, 2);
+	assert_int_equal(st.bytes_sent, 1 + sizeof(req1));
+	assert_int_equal(p->nmsgs, 0);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+}
+
+/* A reply to a rendezvous request that comes before the request's send
+ * is over -- its completion polled and the peer's FIN in, the peer may
+ * still read the request buffer until then -- is held: its receive
+ * buffer kept, the outcome known (too late to cancel).  The call ends
+ * once both are in, here the FIN first and then the completion, with the
+ * reply's bytes, and the buffer is posted again. */
+static void test_rndv_reply_held(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	static uint8_t big[3000];
+	struct evr_stats st;
+	unsigned posted;
+	uint32_t id, r;
+
+	memset(big, 0x6b, sizeof(big));
+	id = peer_call(p, big, sizeof(big), 0, 0);
+	peer_pump(f->ctx);
+	r = expect_rndv(p, EVR_F_CALL, id, big, sizeof(big));
+	expect_quiet(p);
 	posted = peer_recvs_posted(p);
 	peer_call_eager(p, EVR_F_REPLY, id, "early", 5, 1);
 	peer_pump(f->ctx);
@@ -406,7 +519,11 @@ static void test_eager_reply_before_ack(void **state)
 	assert_int_equal(peer_recvs_posted(p), posted - 1); /* held */
 	/* its outcome is known: too late to cancel */
 	assert_int_equal(evr_call_cancel(p->conn, id), -ENOENT);
+	assert_int_equal(p->conn->rpc_tab.n, 0);
+	peer_fin(p, r, 0, 0);
 	peer_pump(f->ctx);
+	assert_int_equal(p->call_calls[0], 0); /* the completion is to come */
+	assert_int_equal(peer_recvs_posted(p), posted - 1);
 	expect_quiet(p);
 	peer_ack(p);
 	peer_pump(f->ctx);
@@ -414,14 +531,19 @@ static void test_eager_reply_before_ack(void **state)
 	peer_pump(f->ctx);
 	assert_int_equal(p->ncall_calls, 1);
 	assert_int_equal(peer_recvs_posted(p), posted);
-	assert_int_equal(stats(f->ctx).calls_ok, 1);
-	assert_int_equal(stats(f->ctx).calls_cancelled, 0);
-	assert_int_equal(evr_call_cancel(p->conn, id), -ENOENT);
+	st = stats(f->ctx);
+	assert_int_equal(st.calls_ok, 1);
+	assert_int_equal(st.calls_cancelled, 0);
+	assert_int_equal(st.late_replies, 0);
+	assert_int_equal(st.rndv_sent, 1);
+	assert_int_equal(p->nmsgs, 0);
+	expect_quiet(p);
 }
 
 /* evr_conn_hold() in the callback keeps the reply, whether it is
- * delivered now or was held until the request's completion; its bytes
- * stay valid until released. */
+ * delivered now (an eager request's, before its completion) or was held
+ * until the rendezvous request's send was over; its bytes stay valid
+ * until released. */
 static evr_msg *kept[4];
 
 static void hold_reply(struct peer *p, unsigned i, int status,
@@ -438,25 +560,29 @@ static void test_reply_hold(void **state)
 {
 	struct fix *f = *state;
 	struct peer *p = &f->p;
+	static uint8_t big[3000];
 	unsigned posted = peer_recvs_posted(p);
-	uint32_t id0, id1;
+	uint32_t id0, id1, r1;
 
 	p->on_call = hold_reply;
 	id0 = peer_call(p, "a", 1, 0, 0);
-	id1 = peer_call(p, "b", 1, 0, 1);
+	id1 = peer_call(p, big, sizeof(big), 0, 1);
 	peer_pump(f->ctx);
 	expect_eager(p, EVR_F_CALL, id0, "a", 1);
-	expect_eager(p, EVR_F_CALL, id1, "b", 1);
+	r1 = expect_rndv(p, EVR_F_CALL, id1, big, sizeof(big));
 	peer_call_eager(p, EVR_F_REPLY, id1, "held one", 8, 0);
-	peer_pump(f->ctx);
-	peer_ack(p);
-	peer_pump(f->ctx);
 	peer_call_eager(p, EVR_F_REPLY, id0, "direct", 6, 0);
 	peer_pump(f->ctx);
-	p->on_call = NULL;
 	expect_call(p, 0, 0, "direct", 6);
-	expect_call(p, 1, 0, "held one", 8);
 	assert_non_null(kept[0]);
+	assert_int_equal(p->call_calls[1], 0);
+	assert_null(kept[1]);
+	peer_ack(p);
+	peer_fin(p, r1, 0, 0);
+	peer_pump(f->ctx);
+	p->on_call = NULL;
+	expect_call(p, 1, 0, "held one", 8);
+	assert_int_equal(p->ncall_calls, 2);
 	assert_non_null(kept[1]);
 	assert_int_equal(evr_msg_len(kept[0]), 6);
 	assert_memory_equal(evr_msg_data(kept[0]), "direct", 6);
@@ -468,6 +594,77 @@ static void test_reply_hold(void **state)
 	kept[0] = kept[1] = NULL;
 	peer_pump(f->ctx);
 	assert_int_equal(peer_recvs_posted(p), posted);
+}
+
+/* An eager request's WR is quiet (its callback was spent at the post):
+ * alone in its batch it goes unsignaled, and completes only with a later
+ * signaled WR -- or is flushed.  Neither fires the call's callback again:
+ * call 0, answered before, stays ended once when a plain message's
+ * completion completes its WR; call 1, ended by the conn's abort at the
+ * teardown, stays ended once when its WR is flushed (behind the marker the
+ * flush posts). */
+static void test_eager_quiet_wr(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	struct evr_stats st;
+	uint32_t id0, id1;
+
+	id0 = peer_call(p, "q0", 2, 0, 0);
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_EAGER);
+	assert_int_equal(fr.msg.hdr.flags, EVR_F_CALL);
+	assert_int_equal(fr.msg.call_id, id0);
+	assert_false(fr.wr.flags & IBV_SEND_SIGNALED);
+	expect_quiet(p);
+	assert_int_equal(stats(f->ctx).msgs_sent, 1); /* at its post */
+	peer_ack(p); /* executed: no completion */
+	peer_pump(f->ctx);
+	assert_int_equal(p->conn->sq.outstanding, 1);
+	peer_call_eager(p, EVR_F_REPLY, id0, "r0", 2, 1);
+	peer_pump(f->ctx);
+	expect_call(p, 0, 0, "r0", 2);
+	/* a message with a callback: its WR is signaled, and its completion
+	 * completes the request's too */
+	peer_send_op(p, "m", 1, 0);
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.flags, 0);
+	assert_true(fr.wr.flags & IBV_SEND_SIGNALED);
+	expect_quiet(p);
+	peer_ack_op(p, 0);
+	assert_int_equal(p->conn->sq.outstanding, 0);
+	assert_int_equal(p->ncall_calls, 1);
+	assert_int_equal(p->call_calls[0], 1);
+	st = stats(f->ctx);
+	assert_int_equal(st.msgs_sent, 2);
+	assert_int_equal(st.calls_ok, 1);
+
+	/* the conn's end: the call ends at the teardown, its WR is flushed
+	 * after */
+	id1 = peer_call(p, "q1", 2, 0, 1);
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.call_id, id1);
+	assert_false(fr.wr.flags & IBV_SEND_SIGNALED);
+	expect_quiet(p);
+	assert_int_equal(p->conn->sq.outstanding, 1);
+	assert_int_equal(evr_conn_close(p->conn, EVR_CLOSE_ABORT), 0);
+	peer_pump(f->ctx);
+	expect_call(p, 1, -ECANCELED, NULL, 0);
+	assert_int_equal(p->ncall_calls, 2);
+	assert_int_equal(p->closes, 0); /* its WR is still to come back */
+	peer_flush_closed(p, -ECANCELED);
+	assert_int_equal(p->ncall_calls, 2);
+	assert_int_equal(p->call_calls[1], 1);
+	assert_int_equal(p->calls_at_close, 2);
+	st = stats(f->ctx);
+	assert_int_equal(st.calls, 2);
+	assert_int_equal(st.calls_ok, 1);
+	assert_int_equal(st.calls_cancelled, 0);
+	assert_int_equal(st.msgs_sent, 3);
 }
 
 /* The id takes 4 bytes of the eager size: 1020 bytes go eager (len 1024
@@ -708,28 +905,48 @@ static void test_cancel_after_send(void **state)
 }
 
 /* Cancelled after its eager request was posted, before its completion:
- * the CANCEL goes, the callback waits for the completion, then fires
- * once with -ECANCELED. */
+ * the request was done with at its post, so the callback fires at once,
+ * inside evr_call_cancel, with -ECANCELED, and a CANCEL with the id goes
+ * from the loop; the completion that comes later fires nothing more, and
+ * a reply after it is late. */
 static void test_cancel_posted_eager(void **state)
 {
 	struct fix *f = *state;
 	struct peer *p = &f->p;
+	struct evr_stats st;
 	uint32_t id;
 
 	id = peer_call(p, "req", 3, 0, 0);
 	peer_pump(f->ctx);
 	expect_eager(p, EVR_F_CALL, id, "req", 3);
-	assert_int_equal(evr_call_cancel(p->conn, id), 0);
+	expect_quiet(p);
+	assert_int_equal(p->conn->sq.outstanding, 1); /* not acked */
 	assert_int_equal(p->call_calls[0], 0);
+	assert_int_equal(evr_call_cancel(p->conn, id), 0);
+	expect_call(p, 0, -ECANCELED, NULL, 0);
+	assert_int_equal(peer_unread(p), 0); /* the CANCEL goes from the loop */
+	assert_int_equal(evr_call_cancel(p->conn, id), -ENOENT);
 	peer_pump(f->ctx);
 	expect_cancel(p, id);
-	assert_int_equal(p->call_calls[0], 0);
-	assert_int_equal(evr_call_cancel(p->conn, id), -ENOENT);
+	expect_quiet(p);
+	assert_int_equal(p->ncall_calls, 1);
 	peer_ack(p);
 	peer_pump(f->ctx);
-	expect_call(p, 0, -ECANCELED, NULL, 0);
+	assert_int_equal(p->conn->sq.outstanding, 0);
+	assert_int_equal(p->ncall_calls, 1);
+	expect_quiet(p);
+	peer_call_eager(p, EVR_F_REPLY, id, "late", 4, 1);
 	peer_pump(f->ctx);
 	assert_int_equal(p->ncall_calls, 1);
+	assert_int_equal(p->call_calls[0], 1);
+	st = stats(f->ctx);
+	assert_int_equal(st.calls, 1);
+	assert_int_equal(st.calls_cancelled, 1);
+	assert_int_equal(st.calls_ok, 0);
+	assert_int_equal(st.late_replies, 1);
+	assert_int_equal(st.msgs_sent, 1); /* the request, once */
+	assert_int_equal(p->nmsgs, 0);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
 }
 
 /* Cancelled while its rendezvous request waits for the FIN: the CANCEL
@@ -887,15 +1104,20 @@ static void test_deadline_loop(void **state)
 	assert_null(evr__timers_first(ts));
 }
 
-/* The deadline of a call whose request is posted and not completed: the
- * CANCEL goes, the callback waits for the completion; of one still
- * queued: withdrawn, the callback fires at once, nothing goes out. */
+/* The deadline of a call whose eager request is posted and not
+ * completed: the callback fires at once with -ETIMEDOUT (the request was
+ * done with at its post) and a CANCEL goes, once a data credit allows (it
+ * takes one in the send queue's order); of one still queued: withdrawn,
+ * the callback fires at once, nothing goes out.  The completion of the
+ * posted one, later, fires nothing more. */
 static void test_deadline_unsent(void **state)
 {
 	struct fix *f = *state;
 	struct peer *p = &f->p;
 	struct evr__timers *ts = &f->ctx->timers;
+	unsigned reserved = ts->reserved;
 	uint32_t id0, id1;
+	unsigned i;
 	double now;
 
 	id0 = peer_call(p, "posted", 6, 100, 0);
@@ -905,19 +1127,30 @@ static void test_deadline_unsent(void **state)
 	id1 = peer_call(p, "queued", 6, 100, 1);
 	peer_pump(f->ctx);
 	expect_quiet(p);
+	assert_int_equal(ts->reserved, reserved + 2);
 	now = ev_now(f->ctx->loop);
 	assert_int_equal(evr__timers_run(ts, now + 1), 2);
+	expect_call(p, 0, -ETIMEDOUT, NULL, 0);
 	expect_call(p, 1, -ETIMEDOUT, NULL, 0);
-	assert_int_equal(p->call_calls[0], 0);
+	assert_int_equal(p->ncall_calls, 2);
+	assert_null(evr__timers_first(ts));
+	assert_int_equal(ts->reserved, reserved);
+	assert_int_equal(evr_call_cancel(p->conn, id0), -ENOENT);
+	assert_int_equal(evr_call_cancel(p->conn, id1), -ENOENT);
+	peer_pump(f->ctx);
+	expect_quiet(p); /* the CANCEL waits for a data credit */
 	peer_ack(p);
 	peer_pump(f->ctx);
-	expect_call(p, 0, -ETIMEDOUT, NULL, 0);
+	assert_int_equal(p->ncall_calls, 2); /* the completion: nothing */
+	for (i = 0; i < 5; i++)
+		assert_int_equal(p->op_calls[10 + i], 1);
+	expect_quiet(p);
 	peer_credit(p, 6);
 	peer_pump(f->ctx);
 	expect_cancel(p, id0);
 	expect_quiet(p); /* neither the request nor a CANCEL of id1 */
-	(void)id1;
 	assert_int_equal(stats(f->ctx).calls_expired, 2);
+	assert_int_equal(stats(f->ctx).calls_cancelled, 0);
 	assert_int_equal(p->ncall_calls, 2);
 }
 
@@ -946,15 +1179,19 @@ static void test_deadline_rndv(void **state)
 	assert_int_equal(stats(f->ctx).calls_expired, 1);
 }
 
-/* A call answered before its deadline leaves nothing on the heap, also
- * when the reply is held for the request's completion. */
+/* A call answered before its deadline leaves nothing on the heap: after
+ * its request's completion; an eager one's before it (delivered at once,
+ * the completion then changes nothing); and a rendezvous one's before its
+ * send is over, the reply held meanwhile -- the deadline is gone with the
+ * reply, not at the call's end. */
 static void test_deadline_answered(void **state)
 {
 	struct fix *f = *state;
 	struct peer *p = &f->p;
 	struct evr__timers *ts = &f->ctx->timers;
 	unsigned reserved = ts->reserved;
-	uint32_t id;
+	static uint8_t big[3000];
+	uint32_t id, r;
 
 	id = peer_call(p, "fast", 4, 100, 0);
 	peer_pump(f->ctx);
@@ -968,18 +1205,40 @@ static void test_deadline_answered(void **state)
 	assert_int_equal(evr__timers_run(ts, ev_now(f->ctx->loop) + 10), 0);
 	assert_int_equal(p->ncall_calls, 1);
 
-	id = peer_call(p, "held", 4, 100, 1);
+	/* eager, answered before its completion */
+	id = peer_call(p, "early", 5, 100, 1);
 	peer_pump(f->ctx);
-	expect_eager(p, EVR_F_CALL, id, "held", 4);
+	expect_eager(p, EVR_F_CALL, id, "early", 5);
+	assert_int_equal(ts->reserved, reserved + 1);
+	peer_call_eager(p, EVR_F_REPLY, id, "ok", 2, 1);
+	peer_pump(f->ctx);
+	expect_call(p, 1, 0, "ok", 2);
+	assert_null(evr__timers_first(ts));
+	assert_int_equal(ts->reserved, reserved);
+	assert_int_equal(evr__timers_run(ts, ev_now(f->ctx->loop) + 10), 0);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->call_calls[1], 1);
+	assert_int_equal(p->ncall_calls, 2);
+
+	/* rendezvous, answered before its completion and FIN: held */
+	id = peer_call(p, big, sizeof(big), 100, 2);
+	peer_pump(f->ctx);
+	r = expect_rndv(p, EVR_F_CALL, id, big, sizeof(big));
 	peer_call_eager(p, EVR_F_REPLY, id, "ok", 2, 1);
 	peer_pump(f->ctx);
 	assert_null(evr__timers_first(ts));
 	assert_int_equal(evr__timers_run(ts, ev_now(f->ctx->loop) + 10), 0);
-	assert_int_equal(p->call_calls[1], 0);
+	assert_int_equal(p->call_calls[2], 0);
 	peer_ack(p);
 	peer_pump(f->ctx);
-	expect_call(p, 1, 0, "ok", 2);
+	assert_int_equal(p->call_calls[2], 0); /* the FIN is still to come */
+	peer_fin(p, r, 0, 0);
+	peer_pump(f->ctx);
+	expect_call(p, 2, 0, "ok", 2);
 	assert_int_equal(ts->reserved, reserved);
+	assert_int_equal(p->ncall_calls, 3);
+	assert_int_equal(stats(f->ctx).calls_ok, 3);
 	assert_int_equal(stats(f->ctx).calls_expired, 0);
 	expect_quiet(p);
 }
@@ -987,13 +1246,19 @@ static void test_deadline_answered(void **state)
 /* ---- client: the conn's end ---- */
 
 /* Calls in every state when the conn ends: A rendezvous awaiting its FIN,
- * C eager completed awaiting the reply, B eager posted, E eager posted
- * with its reply held, D queued behind a full window.  Each callback
- * fires once before on_close: A..D with the conn's error, E with 0 and
- * its reply (its outcome was known first). */
-static uint8_t big_a[3000];
+ * C eager completed awaiting the reply, B eager posted (not completed)
+ * awaiting the reply, E rendezvous posted with its reply held, F eager
+ * posted and answered before its completion (ended already), D queued
+ * behind a full window (a plain message m1 queued before it, m0 posted).
+ * At the conn's end A..D end at once, from its teardown, with the conn's
+ * error -- B too: its request was done with at its post, and waits for no
+ * flush -- and m1 with them; E ends with 0 and its reply (its outcome was
+ * known first) once its REQ's send is over: its flush (or the flush
+ * bound, or the ctx's end), with m0's.  F's completion, flushed, fires
+ * nothing more.  Every call's callback fires once, before on_close. */
+static uint8_t big_a[3000], big_e[3000];
 
-static void calls_in_every_state(struct peer *p, uint32_t id[5])
+static void calls_in_every_state(struct peer *p, uint32_t id[6])
 {
 	struct peer_frame fr;
 
@@ -1004,20 +1269,45 @@ static void calls_in_every_state(struct peer *p, uint32_t id[5])
 	expect_eager(p, EVR_F_CALL, id[2], "C", 1);
 	peer_ack(p);
 	peer_pump(p->ctx);
-	id[1] = peer_call(p, "B", 1, 0, 1); /* B */
-	id[4] = peer_call(p, "E", 1, 0, 4); /* E */
+	id[1] = peer_call(p, "B", 1, 0, 1);		  /* B */
+	id[4] = peer_call(p, big_e, sizeof(big_e), 0, 4); /* E */
+	id[5] = peer_call(p, "F", 1, 0, 5);		  /* F */
 	peer_send_op(p, "m0", 2, 0);
-	peer_send_op(p, "m1", 2, 1);
-	id[3] = peer_call(p, "D", 1, 0, 3); /* D: no credit left */
+	peer_send_op(p, "m1", 2, 1);	    /* no credit left */
+	id[3] = peer_call(p, "D", 1, 0, 3); /* D: behind m1 */
 	peer_pump(p->ctx);
 	expect_eager(p, EVR_F_CALL, id[1], "B", 1);
-	expect_eager(p, EVR_F_CALL, id[4], "E", 1);
+	expect_rndv(p, EVR_F_CALL, id[4], big_e, sizeof(big_e));
+	expect_eager(p, EVR_F_CALL, id[5], "F", 1);
 	next_msg(p, &fr);
-	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_EAGER);
+	assert_memory_equal(fr.msg.payload, "m0", 2);
 	expect_quiet(p);
+	assert_int_equal(peer_send_credits(p->conn), 2); /* the reserve */
 	peer_call_eager(p, EVR_F_REPLY, id[4], "e!", 2, 0);
+	peer_call_eager(p, EVR_F_REPLY, id[5], "f!", 2, 0);
 	peer_pump(p->ctx);
-	assert_int_equal(p->ncall_calls, 0);
+	expect_call(p, 5, 0, "f!", 2); /* at once: not held */
+	assert_int_equal(p->ncall_calls, 1);
+	assert_int_equal(p->nop_calls, 0);
+	expect_quiet(p); /* m1 and D still queued */
+}
+
+/* What the teardown ended: A..D and m1 with status, not E nor m0 (their
+ * sends are posted), F as before. */
+static void expect_torn_down(struct peer *p, int status)
+{
+	unsigned i;
+
+	for (i = 0; i < 4; i++)
+		expect_call(p, i, status, NULL, 0);
+	assert_int_equal(p->call_calls[4], 0);
+	expect_call(p, 5, 0, "f!", 2);
+	assert_int_equal(p->ncall_calls, 5);
+	assert_int_equal(p->op_calls[0], 0);
+	assert_int_equal(p->op_calls[1], 1);
+	assert_int_equal(p->op_status[1], status);
+	assert_int_equal(p->closes, 0);
 }
 
 static void expect_ended(struct peer *p, int status)
@@ -1027,32 +1317,34 @@ static void expect_ended(struct peer *p, int status)
 	for (i = 0; i < 4; i++)
 		expect_call(p, i, status, NULL, 0);
 	expect_call(p, 4, 0, "e!", 2);
-	assert_int_equal(p->ncall_calls, 5);
+	expect_call(p, 5, 0, "f!", 2);
+	assert_int_equal(p->ncall_calls, 6);
 	assert_int_equal(p->op_calls[0], 1);
 	assert_int_equal(p->op_status[0], status);
 	assert_int_equal(p->op_calls[1], 1);
 	assert_int_equal(p->op_status[1], status);
 	assert_int_equal(p->closes, 1);
 	assert_int_equal(p->close_status, status);
-	assert_int_equal(p->calls_at_close, 5);
+	assert_int_equal(p->calls_at_close, 6);
 }
 
 static void test_end_peer_gone(void **state)
 {
 	struct fix *f = *state;
 	struct peer *p = &f->p;
-	uint32_t id[5];
+	uint32_t id[6];
 	struct evr_stats st;
 
 	calls_in_every_state(p, id);
 	mock_cm_event(p->id, RDMA_CM_EVENT_DISCONNECTED, 0, NULL, 0);
 	peer_pump(f->ctx);
+	expect_torn_down(p, -ECONNRESET);
 	peer_flush(p);
 	peer_pump(f->ctx);
 	expect_ended(p, -ECONNRESET);
 	st = stats(f->ctx);
-	assert_int_equal(st.calls, 5);
-	assert_int_equal(st.calls_ok, 1);
+	assert_int_equal(st.calls, 6);
+	assert_int_equal(st.calls_ok, 2);
 	assert_int_equal(st.calls_cancelled, 0);
 	assert_int_equal(st.calls_expired, 0);
 }
@@ -1061,45 +1353,52 @@ static void test_end_abort(void **state)
 {
 	struct fix *f = *state;
 	struct peer *p = &f->p;
-	uint32_t id[5];
+	uint32_t id[6];
 
 	calls_in_every_state(p, id);
 	assert_int_equal(evr_conn_close(p->conn, EVR_CLOSE_ABORT), 0);
+	assert_int_equal(p->ncall_calls, 1); /* from the loop, not inside */
 	peer_pump(f->ctx);
+	expect_torn_down(p, -ECANCELED);
 	peer_flush(p);
 	peer_pump(f->ctx);
 	expect_ended(p, -ECANCELED);
+	assert_int_equal(stats(f->ctx).calls_ok, 2);
 	assert_int_equal(stats(f->ctx).calls_cancelled, 0);
 }
 
-/* A QP whose WRs never come back after an abort: at the flush bound the
- * conn gives up on them, and the calls whose requests were posted end
- * then, once each, before on_close. */
+/* A QP whose WRs never come back after an abort: the eager calls end at
+ * the teardown all the same; at the flush bound the conn gives up on its
+ * WRs, and the call whose rendezvous request was posted ends then, once,
+ * before on_close.  Flushes that come after it fire nothing. */
 static void test_end_flush_bound(void **state)
 {
 	struct fix *f = *state;
 	struct peer *p = &f->p;
-	uint32_t id[5];
+	uint32_t id[6];
 
 	calls_in_every_state(p, id);
 	assert_int_equal(evr_conn_close(p->conn, EVR_CLOSE_ABORT), 0);
 	peer_pump(f->ctx);
-	assert_int_equal(p->call_calls[1], 0); /* posted: waits */
-	assert_int_equal(p->call_calls[4], 0);
-	assert_int_equal(p->closes, 0);
+	expect_torn_down(p, -ECANCELED); /* E posted: waits */
 	assert_true(
 	    evr__timers_run(&f->ctx->timers, ev_now(f->ctx->loop) + 10) >= 1);
 	peer_pump(f->ctx);
 	expect_ended(p, -ECANCELED);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->ncall_calls, 6);
+	assert_int_equal(p->nop_calls, 2);
+	assert_int_equal(p->closes, 1);
 }
 
-/* The ctx destroyed with calls in every state: every callback inside
- * evr_ctx_destroy, once, before on_close. */
+/* The ctx destroyed with calls in every state: every callback still due
+ * inside evr_ctx_destroy, once, before on_close. */
 static void test_end_ctx_destroy(void **state)
 {
 	struct fix *f = *state;
 	struct peer *p = &f->p;
-	uint32_t id[5];
+	uint32_t id[6];
 
 	calls_in_every_state(p, id);
 	evr_ctx_destroy(f->ctx);
@@ -1773,6 +2072,8 @@ int main(void)
 	    T(test_hs_accept_no_calls, setup_accept_not_offered),
 	    T(test_eager_call, setup),
 	    T(test_eager_reply_before_ack, setup),
+	    T(test_rndv_reply_held, setup),
+	    T(test_eager_quiet_wr, setup_interval),
 	    T(test_reply_hold, setup),
 	    T(test_eager_boundary, setup),
 	    T(test_eager_inline, setup),
@@ -1818,9 +2119,11 @@ int main(void)
 	    T(test_cancel_not_agreed, setup_no_calls),
 	    T(test_call_and_reply, setup),
 	    T(test_reply_unknown, setup),
-	    /* a shared receive queue: held replies, skipped reads */
+	    /* a shared receive queue: replies delivered at once and held,
+	     * skipped reads */
 	    T(test_eager_call, setup_srq),
 	    T(test_eager_reply_before_ack, setup_srq),
+	    T(test_rndv_reply_held, setup_srq),
 	    T(test_reply_hold, setup_srq),
 	    T(test_late_rndv_reply, setup_srq),
 	    T(test_serve_eager, setup_server_srq),
