@@ -837,7 +837,9 @@ EVR_EXPORT int evr_call(evr_conn *conn, const void *req, size_t len,
  * Give up a call: its cb fires with -ECANCELED -- at once (inside this
  * call) when its request was not posted, went eagerly (copied when
  * posted) or its rendezvous is over, else once the request's send and
- * the peer's read of it are over.  A
+ * the peer's read of it are over (the deadline does not bound that
+ * wait: a peer that never finishes the read holds it until the conn
+ * ends, by keepalive or the retry bound if the peer is dead).  A
  * request that was sent is cancelled at the peer too: it does not read
  * what it has not started to read, does not deliver what it has not
  * delivered, and its evr_reply() to one delivered returns -ECANCELED.  A reply that comes later is counted

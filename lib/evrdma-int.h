@@ -221,6 +221,10 @@ struct evr__sq {
 	unsigned outstanding; /* posted, not yet known complete */
 	unsigned interval;    /* signal one WR in this many */
 	unsigned unsig_run;   /* unsignaled WRs since the last signaled */
+	/* an unsignaled WR that waits for its completion (not quiet) came
+	 * after the last signaled one: the batch's end must be signaled,
+	 * also when its last WR is quiet */
+	bool waiting;
 	struct evr__list posted; /* posted ops in order (outstanding of them) */
 	struct evr__list batch;	 /* ops chained, not yet posted */
 	unsigned nbatch;	 /* ops on batch */

@@ -141,6 +141,7 @@ bool evr__msg_withdraw(evr_conn *c, struct evr__op *op)
 	c->nsendq_credit--;
 	evr__op_unqueue(c, op);
 	evr__op_complete(op, -ECANCELED);
+	evr__conn_dirty(c); /* the queue shrank: on_drain may be due */
 	return true;
 }
 
@@ -410,7 +411,9 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 	if (op->u.msg.len > c->peer_max_msg)
 		return -EMSGSIZE;
 	rndv = op->u.msg.len > op_eager_limit(c, op);
-	if (!rndv && !op->iovcnt && c->sq.sge2 &&
+	/* (not a call's request: its callback fires at the build, when a
+	 * split op's payload is still to be read by the post) */
+	if (!rndv && !op->iovcnt && c->sq.sge2 && !op->cb_at_post &&
 	    EVR_HDR_SIZE + idlen + op->u.msg.len <= c->sq.max_inline) {
 		/* inline in two pieces: no buffer, no copy but the post's */
 		b = NULL;
@@ -885,7 +888,8 @@ static void rx_cancel(evr_conn *c, uint32_t id)
 		    rx->dropped)
 			continue;
 		rx->dropped = true;
-		c->ctx->st.requests_cancelled++;
+		if (c->o.on_request) /* else it is unserved, not cancelled */
+			c->ctx->st.requests_cancelled++;
 		if (rx->rndv && !rx->started) {
 			rx->skip = true;
 			rx_fin_skipped(c);

@@ -387,7 +387,8 @@ evr_conn *evr_request_conn(const evr_request *r)
 
 void evr__rpc_teardown(evr_conn *c, int status)
 {
-	uint32_t id;
+	struct evr__calltab *t = &c->rpc_tab;
+	uint32_t i;
 
 	evr__msg_teardown(c, status);
 	/* requests: the handles stay the user's, answering sends nothing */
@@ -395,10 +396,14 @@ void evr__rpc_teardown(evr_conn *c, int status)
 		req_unlink(evr__container_of(c->rpc_reqs.next,
 					     struct evr_request, link));
 	/* calls: each ends with the conn's error, once its request's send
-	 * is over (flushed, if it is still posted) */
-	while ((id = evr__calltab_first(&c->rpc_tab))) {
-		struct rpc_call *k = evr__calltab_take(&c->rpc_tab, id);
+	 * is over (flushed, if it is still posted); one walk of the slots,
+	 * since no call can be made on a conn that ended */
+	for (i = 0; t->n && i < t->cap; i++) {
+		struct rpc_call *k;
 
+		if (!t->s[i].call)
+			continue;
+		k = evr__calltab_take(t, evr__calltab_id(t, i));
 		k->known = true;
 		k->status = evr__op_user_status(c, status ? status
 							  : -ECANCELED);

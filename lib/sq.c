@@ -41,6 +41,7 @@ void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
 		interval = depth / 2;
 	sq->interval = interval;
 	sq->unsig_run = 0;
+	sq->waiting = false;
 	evr__list_init(&sq->posted);
 	evr__list_init(&sq->batch);
 	sq->nbatch = 0;
@@ -57,6 +58,9 @@ void evr__sq_add(struct evr__sq *sq, struct evr__op *op)
 	if (++sq->unsig_run >= sq->interval) {
 		op->send_flags |= IBV_SEND_SIGNALED;
 		sq->unsig_run = 0;
+		sq->waiting = false;
+	} else if (!op->quiet) {
+		sq->waiting = true;
 	}
 	evr__list_add_tail(&sq->batch, &op->h.link);
 	sq->nbatch++;
@@ -183,10 +187,15 @@ int evr__sq_commit(struct evr__sq *sq)
 		return 0;
 	last = evr__list_entry(evr__list_last(&sq->batch), struct evr__op,
 			       h.link);
-	if (!(last->send_flags & IBV_SEND_SIGNALED) && !last->quiet) {
+	/* The batch ends signaled unless all that is unsignaled in it since
+	 * the last signaled WR is quiet: RC completes in order, so that one
+	 * completion tells of every WR before it. */
+	if (!(last->send_flags & IBV_SEND_SIGNALED) &&
+	    (!last->quiet || sq->waiting)) {
 		last->send_flags |= IBV_SEND_SIGNALED;
 		sq->unsig_run = 0;
 	}
+	sq->waiting = false;
 	if (sq->nbatch == 1) {
 		/* a ping-pong's every post: its WR on the stack */
 		struct ibv_send_wr wr;

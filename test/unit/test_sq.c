@@ -341,6 +341,34 @@ static void test_quiet_tail(void **state)
 	assert_int_equal(evr__sq_room(&sq), 64);
 }
 
+/* A batch whose quiet tail comes after an op that waits for its
+ * completion (a message with a callback) ends signaled: else that op's
+ * completion would wait for some later signaled WR.  A quiet batch after
+ * it keeps its unsignaled tail. */
+static void test_waiting_before_quiet_tail(void **state)
+{
+	struct evr__sq sq;
+
+	(void)state;
+	evr__sq_init(&sq, FAKE_QP, 64, 16, on_done, NULL, chain_of(64));
+	ops[0].quiet = false;
+	ops[1].quiet = true;
+	add_range(&sq, 0, 2);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_false(signaled(&ops[0]));
+	assert_true(signaled(&ops[1]));
+	assert_false(evr__sq_open_tail(&sq));
+	evr__sq_complete(&sq, &ops[1], 0);
+	assert_int_equal(done_log.n, 2);
+	assert_int_equal(times_done[0], 1);
+	/* nothing waits now: a quiet batch stays unsignaled */
+	ops[2].quiet = true;
+	add_range(&sq, 2, 1);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_false(signaled(&ops[2]));
+	assert_true(evr__sq_open_tail(&sq));
+}
+
 /* A CQE for a signaled op completes all posted before it, in order,
  * exactly once; later ops stay posted. */
 static void test_complete_in_order(void **state)
@@ -803,6 +831,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_signal_interval, setup),
 	    cmocka_unit_test_setup(test_interval_clamped, setup),
 	    cmocka_unit_test_setup(test_quiet_tail, setup),
+	    cmocka_unit_test_setup(test_waiting_before_quiet_tail, setup),
 	    cmocka_unit_test_setup(test_complete_in_order, setup),
 	    cmocka_unit_test_setup(test_complete_flush, setup),
 	    cmocka_unit_test_setup(test_complete_error, setup),
