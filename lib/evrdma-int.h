@@ -487,6 +487,7 @@ struct evr__rx {
 	uint32_t id;
 	unsigned reads;	 /* chunks not yet read */
 	bool started;
+	bool fin; /* its FIN is queued (they go in order: rx_fins) */
 	/* calls: a request (EVR_F_CALL) or a reply (EVR_F_REPLY) and its id;
 	 * dropped: not delivered (a request its caller gave up, a late
 	 * reply); skip: a rendezvous not to read (its FIN says -ECANCELED) */

@@ -500,8 +500,7 @@ static void rndv_finish(evr_conn *c, struct evr__op *op)
 static void rx_start_reads(evr_conn *c);
 static int rx_read_next(evr_conn *c, struct evr__rx *rx);
 static void deliver_ready(evr_conn *c);
-static int rx_fin(evr_conn *c, const struct evr__rx *rx, int status);
-static void rx_fin_skipped(evr_conn *c);
+static void rx_fins(evr_conn *c);
 
 static void rread_done(evr_conn *c, struct evr__op *op, int status)
 {
@@ -547,12 +546,7 @@ static void rread_done(evr_conn *c, struct evr__op *op, int status)
 	rx->ready = true;
 	EVR__VG_DEFINED(rx->rb->mem, rx->len); /* the device read it in */
 	c->ctx->st.rndv_recv++;
-	/* tell the sender it may reuse its buffer */
-	if (rx_fin(c, rx, 0)) {
-		evr__conn_fail(c, -ENOMEM);
-		return;
-	}
-	rx_fin_skipped(c);
+	rx_fins(c); /* tell the sender it may reuse its buffer */
 	rx_start_reads(c);
 	deliver_ready(c);
 	evr__conn_dirty(c);
@@ -713,11 +707,13 @@ static int rx_fin(evr_conn *c, const struct evr__rx *rx, int status)
 	return 0;
 }
 
-/* Rendezvous messages not to be read (skip) get their FIN, -ECANCELED, in
- * their turn: the sender matches FINs against its rendezvous sends in
- * order, so a skipped one's FIN goes only once every rendezvous before it
- * has had its own (it is ready). */
-static void rx_fin_skipped(evr_conn *c)
+/* The FINs of rendezvous messages, in the order the messages came: the
+ * sender matches FINs against its rendezvous sends in order.  A message
+ * read (ready) gets 0, one not to be read (skip) -ECANCELED; a read that
+ * ends before an earlier one's waits for it.  The walk stops at the first
+ * message still being read or waiting to be, so it passes each message
+ * once or twice. */
+static void rx_fins(evr_conn *c)
 {
 	struct evr__list *pos;
 
@@ -725,13 +721,18 @@ static void rx_fin_skipped(evr_conn *c)
 	{
 		struct evr__rx *rx =
 			evr__container_of(pos, struct evr__rx, link);
+		int status = 0;
 
-		if (!rx->rndv || rx->ready)
+		if (!rx->rndv || rx->fin)
 			continue;
-		if (!rx->skip || rx->started)
+		if (rx->skip && !rx->started) {
+			rx->started = rx->ready = true;
+			status = -ECANCELED;
+		} else if (!rx->ready) {
 			return; /* being read, or waiting to be */
-		rx->started = rx->ready = true;
-		if (rx_fin(c, rx, -ECANCELED)) {
+		}
+		rx->fin = true;
+		if (rx_fin(c, rx, status)) {
 			evr__conn_fail(c, -ENOMEM);
 			return;
 		}
@@ -891,9 +892,8 @@ static void rx_cancel(evr_conn *c, uint32_t id)
 		if (c->o.on_request) /* else it is unserved, not cancelled */
 			c->ctx->st.requests_cancelled++;
 		if (rx->rndv && !rx->started) {
-			rx->skip = true;
-			rx_fin_skipped(c);
-			rx_start_reads(c); /* its read slot, to the next */
+			rx->skip = true; /* it held no read slot */
+			rx_fins(c);
 		}
 		deliver_ready(c);
 		return;
@@ -1018,7 +1018,7 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 			ctx->st.late_replies++;
 		}
 		rx_push(c, rx);
-		rx_fin_skipped(c);
+		rx_fins(c);
 		rx_start_reads(c);
 		deliver_ready(c); /* a skipped one at the head goes */
 		return;

@@ -22,6 +22,9 @@
  * test_big: a 64 MiB message arrives whole (received through a staging
  * buffer: the limit cannot register it at once), twice (4 MiB under
  * valgrind, staged as well).
+ * test_big_then_small: a staged message and a small rendezvous one right
+ * behind it arrive whole and in order, and both sends end with 0 (the
+ * small one's read ends first; its FIN must not overtake the big one's).
  * test_send_past_limit: the server's own send of 16 MiB fails with
  * -ENOMEM and its log names the limit (once); the connection still
  * carries messages afterwards.
@@ -73,7 +76,9 @@ struct srv {
 
 struct sconn {
 	struct srv *s;
-	uint64_t reply[2]; /* one request at a time per conn */
+	/* a reply is read at its post: up to 4 requests at a time per conn */
+	uint64_t reply[4][2];
+	unsigned nreplies;
 };
 
 static void srv_fault(struct srv *s, const char *what)
@@ -98,9 +103,11 @@ static void srv_log(enum evr_log_level lvl, const char *msg, void *arg)
 
 static void srv_reply(evr_conn *c, struct sconn *sc, uint64_t a, uint64_t b)
 {
-	sc->reply[0] = a;
-	sc->reply[1] = b;
-	if (evr_send(c, sc->reply, sizeof(sc->reply), NULL, NULL))
+	uint64_t *r = sc->reply[sc->nreplies++ % 4];
+
+	r[0] = a;
+	r[1] = b;
+	if (evr_send(c, r, sizeof(sc->reply[0]), NULL, NULL))
 		srv_fault(sc->s, "reply not sent");
 }
 
@@ -275,6 +282,7 @@ struct cconn {
 	uint8_t msg[MSG_LEN];
 	unsigned replies;
 	uint64_t reply[2];
+	uint64_t log[4][2]; /* replies, by number modulo 4 */
 };
 
 static struct cconn *conns;
@@ -309,6 +317,7 @@ static void cli_recv(evr_conn *c, const void *data, size_t len, void *arg)
 		return;
 	}
 	memcpy(cc->reply, data, len);
+	memcpy(cc->log[cc->replies % 4], data, len);
 	cc->replies++;
 	nreplies++;
 }
@@ -345,6 +354,12 @@ static void connect_n(unsigned first, unsigned n)
 }
 
 static unsigned target;
+
+/* *arg, a send's status, is set (it starts at 1) */
+static int sends_done(void *arg)
+{
+	return *(int *)arg != 1;
+}
 
 static int finished(void *arg)
 {
@@ -450,6 +465,52 @@ static void test_big(void **state)
 	free(big);
 }
 
+static void sent_cb(evr_conn *c, int status, void *arg)
+{
+	int *st = arg;
+
+	(void)c;
+	*st = status;
+}
+
+/* A staged message and a small rendezvous one right behind it: the
+ * server reads them side by side, the small one's read ends first, yet
+ * its FIN waits for the big one's (the sender matches them in order).
+ * Both sends end with 0, both digests come back right and in order. */
+static void test_big_then_small(void **state)
+{
+	/* half the 64 MiB: both fit the send queue limit */
+	size_t len = (rt_on_valgrind() ? VG_UNPRIV_BIG : UNPRIV_BIG) / 2;
+	const size_t small = 256u << 10; /* rendezvous, not staged */
+	struct cconn *cc = &conns[3];
+	uint8_t *big = malloc(len);
+	struct digest d0, d1;
+	int st0 = 1, st1 = 1;
+	unsigned r0 = cc->replies;
+
+	(void)state;
+	assert_non_null(big);
+	assert_non_null(cc->c);
+	rt_fill(big, len, 9);
+	d0 = digest_of(big, len);
+	d1 = digest_of(big + len - small, small);
+	target = nreplies + 2;
+	assert_int_equal(evr_send(cc->c, big, len, sent_cb, &st0), 0);
+	assert_int_equal(evr_send(cc->c, big + len - small, small, sent_cb,
+				  &st1),
+			 0);
+	assert_int_equal(rt_run_until(loop, replied, NULL, BOUND_S), 0);
+	assert_int_equal(cc->replies, r0 + 2);
+	assert_int_equal(cc->log[r0 % 4][0], d0.len);
+	assert_int_equal(cc->log[r0 % 4][1], d0.fnv);
+	assert_int_equal(cc->log[(r0 + 1) % 4][0], d1.len);
+	assert_int_equal(cc->log[(r0 + 1) % 4][1], d1.fnv);
+	assert_int_equal(rt_run_until(loop, sends_done, &st1, BOUND_S), 0);
+	assert_int_equal(st0, 0);
+	assert_int_equal(st1, 0);
+	free(big);
+}
+
 static void test_send_past_limit(void **state)
 {
 	struct cconn *cc = &conns[2];
@@ -499,6 +560,7 @@ int main(void)
 	    cmocka_unit_test(test_conns),
 	    cmocka_unit_test(test_past_limit),
 	    cmocka_unit_test(test_big),
+	    cmocka_unit_test(test_big_then_small),
 	    cmocka_unit_test(test_send_past_limit),
 	};
 	int port_pipe[2], ctl_pipe[2];

@@ -382,6 +382,65 @@ static void test_rndv_recv_staged(void **state)
 	free(src);
 }
 
+/* A read that ends before an earlier message's does not send its FIN
+ * first: the sender matches FINs against its rendezvous sends in order.
+ * A staged message (one chunk at a time) and a small one behind it are
+ * read side by side; the small one's read ends first, its FIN waits for
+ * the staged one's, and both arrive whole and in order. */
+static void test_rndv_recv_fin_order(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	const size_t len = 200000;
+	static uint8_t small[4096];
+	uint8_t *src = malloc(len);
+	uint32_t fins[2];
+	unsigned nfins = 0, rounds = 0;
+	size_t i;
+
+	assert_non_null(src);
+	for (i = 0; i < len; i++)
+		src[i] = (uint8_t)(i * 11 + 1);
+	memset(small, 0x5a, sizeof(small));
+	f->ctx->memlock = 1 << 20; /* staged above 128 KiB */
+	peer_rndv_req(p, src, len, 0xbeef, 1, 0);
+	peer_rndv_req(p, small, sizeof(small), 0xcafe, 2, 0);
+	peer_pump(f->ctx);
+	while (p->nmsgs < 2 && rounds++ < 16) {
+		while (peer_next(p, &fr)) {
+			if (fr.wr.opcode != IBV_WR_SEND ||
+			    fr.msg.hdr.type == EVR_T_CREDIT)
+				continue;
+			assert_true(fr.parsed);
+			assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_FIN);
+			assert_int_equal(fr.msg.fin_status, 0);
+			assert_true(nfins < 2);
+			fins[nfins++] = fr.msg.fin_id;
+		}
+		peer_ack(p);
+		peer_pump(f->ctx);
+	}
+	while (peer_next(p, &fr)) {
+		assert_int_equal(fr.wr.opcode, IBV_WR_SEND);
+		if (fr.msg.hdr.type == EVR_T_CREDIT)
+			continue;
+		assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_FIN);
+		assert_true(nfins < 2);
+		fins[nfins++] = fr.msg.fin_id;
+	}
+	assert_int_equal(nfins, 2);
+	assert_int_equal(fins[0], 1);
+	assert_int_equal(fins[1], 2);
+	assert_int_equal(p->nmsgs, 2);
+	assert_int_equal(p->msgs[0].len, len);
+	assert_memory_equal(p->msgs[0].data, src, len);
+	assert_int_equal(p->msgs[1].len, sizeof(small));
+	assert_memory_equal(p->msgs[1].data, small, sizeof(small));
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+	free(src);
+}
+
 /* A staged read that fails (the peer's key is bad) ends the conn with
  * -EPROTO, as an unstaged one does, and leaks nothing. */
 static void test_rndv_recv_staged_fails(void **state)
@@ -780,6 +839,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(
 			test_rndv_recv_chunks_and_order, setup_small_port,
 			teardown),
+		cmocka_unit_test_setup_teardown(test_rndv_recv_fin_order,
+						setup_small_port, teardown),
 		cmocka_unit_test_setup_teardown(test_rndv_recv_staged,
 						setup_small_port, teardown),
 		cmocka_unit_test_setup_teardown(test_rndv_recv_staged_fails,
