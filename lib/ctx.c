@@ -53,6 +53,7 @@ static void ctx_free(evr_ctx *ctx)
 	if (ctx->devlist)
 		evr__dev_release(ctx);
 	evr__op_free_all(ctx);
+	evr__stash_free(&ctx->msgs_free);
 	free(ctx->chain.wr);
 	free(ctx->chain.sge);
 	evr__timers_free(&ctx->timers);

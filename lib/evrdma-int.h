@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <pthread.h>
 
 #include "evrdma.h"
@@ -46,6 +47,81 @@
 #ifndef EVR__VG_DEFINED
 #define EVR__VG_DEFINED(p, n) ((void)(p), (void)(n))
 #endif
+
+/*
+ * A few freed objects of one kind, kept for reuse: call structs, request
+ * handles and held messages come and go with every exchange, and malloc
+ * plus free cost more than the rest of a call's bookkeeping.  An object
+ * in a stash is linked through its first bytes; to memcheck it is
+ * inaccessible until taken again.  Under AddressSanitizer nothing is kept,
+ * so that a use after release is still caught.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define EVR__STASH_OFF 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EVR__STASH_OFF 1
+#endif
+#endif
+
+struct evr__stash {
+	void *head;
+	unsigned n;
+};
+
+/* A zeroed object of size bytes: one kept, or a new one (NULL: ENOMEM). */
+static inline void *evr__stash_get(struct evr__stash *s, size_t size)
+{
+	void *p = s->head;
+
+	if (!p)
+		return calloc(1, size);
+#ifdef VALGRIND_MAKE_MEM_UNDEFINED
+	(void)VALGRIND_MAKE_MEM_DEFINED(p, sizeof(void *));
+#endif
+	s->head = *(void **)p;
+	s->n--;
+#ifdef VALGRIND_MAKE_MEM_UNDEFINED
+	(void)VALGRIND_MAKE_MEM_UNDEFINED(p, size);
+#endif
+	memset(p, 0, size);
+	return p;
+}
+
+/* Release p (size bytes): kept while the stash holds fewer than max. */
+static inline void evr__stash_put(struct evr__stash *s, void *p,
+				  size_t size, unsigned max)
+{
+#ifdef EVR__STASH_OFF
+	max = 0;
+#endif
+	if (s->n >= max) {
+		free(p);
+		return;
+	}
+	*(void **)p = s->head;
+	s->head = p;
+	s->n++;
+#ifdef VALGRIND_MAKE_MEM_NOACCESS
+	(void)VALGRIND_MAKE_MEM_NOACCESS(p, size);
+#else
+	(void)size;
+#endif
+}
+
+static inline void evr__stash_free(struct evr__stash *s)
+{
+	while (s->head) {
+		void *p = s->head;
+
+#ifdef VALGRIND_MAKE_MEM_DEFINED
+		(void)VALGRIND_MAKE_MEM_DEFINED(p, sizeof(void *));
+#endif
+		s->head = *(void **)p;
+		free(p);
+	}
+	s->n = 0;
+}
 
 /* ---- operations: one posted work request each ---- */
 enum evr__op_kind {
@@ -601,6 +677,9 @@ struct evr_conn {
 	struct evr__calltab rpc_tab; /* calls in flight; no slots until the
 				      * first call */
 	struct evr__list rpc_reqs;   /* requests delivered, not answered */
+	/* freed calls and request handles (a handle may outlive the conn's
+	 * ctx: freed with the conn's last reference) */
+	struct evr__stash rpc_calls_free, rpc_reqs_free;
 	struct evr__bank_conn bank;
 	uint32_t qp_num;     /* in ctx->qpmap while attached */
 	unsigned limbo_drains; /* its CQ's drains when its QP was destroyed */
@@ -739,8 +818,11 @@ static inline void evr__conn_ref(evr_conn *c)
  * is gone by then: conn.c conn_free). */
 static inline void evr__conn_unref(evr_conn *c)
 {
-	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0)
+	if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+		evr__stash_free(&c->rpc_calls_free);
+		evr__stash_free(&c->rpc_reqs_free);
 		free(c);
+	}
 }
 
 /* ---- the context (ctx.c) ---- */
@@ -801,6 +883,7 @@ struct evr_ctx {
 	struct evr__list flush; /* conns with something to post */
 	struct evr__list op_free; /* ops kept for reuse (runq.c) */
 	unsigned nop_free;
+	struct evr__stash msgs_free; /* freed evr_msg handles (msg.c) */
 	struct evr_stats st;
 	struct evr__regacct reg; /* what the ctx has registered */
 	struct evr__wr_chain chain; /* WRs of one SQ batch, o.sq_depth */

@@ -1099,6 +1099,15 @@ void evr__msg_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
 
 /* ---- holding received messages ---- */
 
+/* Held message handles kept for reuse at most (a server that answers
+ * from the received buffer holds one per message). */
+#define EVR_MSGS_FREE_MAX 64
+
+static void msg_free(evr_ctx *ctx, evr_msg *m)
+{
+	evr__stash_put(&ctx->msgs_free, m, sizeof(*m), EVR_MSGS_FREE_MAX);
+}
+
 evr_msg *evr_conn_hold(evr_conn *c)
 {
 	evr_msg *m;
@@ -1108,7 +1117,7 @@ evr_msg *evr_conn_hold(evr_conn *c)
 		return NULL;
 	if (c->cur_held)
 		return c->cur_held;
-	m = malloc(sizeof(*m));
+	m = evr__stash_get(&c->ctx->msgs_free, sizeof(*m));
 	if (!m)
 		return NULL;
 	*m = *c->cur_msg;
@@ -1135,7 +1144,7 @@ void evr__msg_redeliver(evr_conn *c, evr_msg *m,
 	c->cur_held = outer_held;
 	if (taken) { /* taken over: the buffer is the new handle's */
 		evr__list_del(&m->link);
-		free(m);
+		msg_free(c->ctx, m);
 		return;
 	}
 	evr_msg_release(m);
@@ -1169,7 +1178,7 @@ void evr_msg_release(evr_msg *m)
 		}
 	}
 	evr__rbuf_put(&m->ctx->pool, m->rb);
-	free(m);
+	msg_free(m->ctx, m);
 }
 
 /* The conn is being freed: its held messages stay valid, detached. */

@@ -28,6 +28,8 @@
 #include <stdlib.h>
 
 #define EVR_CALLS_DEFAULT 256u
+/* calls and request handles a conn keeps for reuse, each kind */
+#define EVR_RPC_FREE_MAX 16u
 
 /* A call in flight (client side). */
 struct rpc_call {
@@ -70,7 +72,7 @@ static void call_free(evr_ctx *ctx, struct rpc_call *k)
 		evr__timer_stop(&ctx->timers, &k->tm);
 		evr__timers_unreserve(&ctx->timers, 1);
 	}
-	free(k);
+	evr__stash_put(&k->c->rpc_calls_free, k, sizeof(*k), EVR_RPC_FREE_MAX);
 }
 
 /* The reply, to the callback, with evr_conn_hold() at hand. */
@@ -195,7 +197,7 @@ int evr_call(evr_conn *c, const void *req, size_t len, unsigned timeout_ms,
 		c->rpc_over = true;
 		return -ENOBUFS;
 	}
-	k = calloc(1, sizeof(*k));
+	k = evr__stash_get(&c->rpc_calls_free, sizeof(*k));
 	if (!k)
 		return -ENOMEM;
 	k->c = c;
@@ -204,7 +206,7 @@ int evr_call(evr_conn *c, const void *req, size_t len, unsigned timeout_ms,
 	evr__timer_init(&k->tm, on_deadline);
 	if (timeout_ms) {
 		if (evr__timers_reserve(&ctx->timers, 1)) {
-			free(k);
+			call_free(ctx, k);
 			return -ENOMEM;
 		}
 		k->timed = true;
@@ -297,9 +299,12 @@ static void req_unlink(struct evr_request *r)
 
 static void req_free(struct evr_request *r)
 {
+	evr_conn *c = r->c;
+
 	req_unlink(r);
-	evr__conn_unref(r->c);
-	free(r);
+	/* (the handle's reference keeps c until after the stash took r) */
+	evr__stash_put(&c->rpc_reqs_free, r, sizeof(*r), EVR_RPC_FREE_MAX);
+	evr__conn_unref(c);
 }
 
 void evr__rpc_request(evr_conn *c, uint32_t id, const void *data, size_t len)
@@ -311,7 +316,7 @@ void evr__rpc_request(evr_conn *c, uint32_t id, const void *data, size_t len)
 		ctx->st.requests_unserved++;
 		return;
 	}
-	r = calloc(1, sizeof(*r));
+	r = evr__stash_get(&c->rpc_reqs_free, sizeof(*r));
 	if (!r) {
 		EVR_ERR(ctx, "conn %p: no memory for a request handle",
 			(void *)c);
