@@ -1227,17 +1227,45 @@ static int take_and_prepare(evr_conn *c, struct evr__op *op, bool ctrl)
 /* Post what can be posted: receives first (they are what the credits we
  * return stand for), then control messages and rendezvous reads, then the
  * user's ops in order, as one chain. */
+/* Callbacks due once their ops are posted (cb_at_post), at most
+ * EVR__DUE_MAX a post. */
+#define EVR__DUE_MAX 16
+struct due {
+	unsigned n;
+	evr_op_cb cb[EVR__DUE_MAX];
+	void *arg[EVR__DUE_MAX];
+};
+
+/* Post what the flush built; then the callbacks due at the post, with
+ * its status (a failed post has failed the conn already). */
+static int flush_commit(evr_conn *c, struct due *d)
+{
+	int err = evr__sq_commit(&c->sq);
+	unsigned i;
+
+	if (err) {
+		EVR_ERR(c->ctx, "ibv_post_send failed: %s", evr_strerror(err));
+		evr__conn_fail(c, err);
+	}
+	for (i = 0; i < d->n; i++)
+		d->cb[i](c, err, d->arg[i]);
+	d->n = 0;
+	return err;
+}
+
 void evr__conn_flush(evr_conn *c)
 {
 	evr_ctx *ctx = c->ctx;
 	struct evr__list *pos, *next;
 	struct evr__op *op;
+	struct due due;
 	int err;
 
 	if (!evr__list_empty(&c->repost))
 		post_recvs(c, true);
 	if (!evr__conn_can_post(c) || !evr__conn_up(c))
 		return;
+	due.n = 0;
 
 	/* Control messages in order; rendezvous reads and keepalive probes
 	 * take no credit and go past one that waits for a credit: the
@@ -1281,7 +1309,15 @@ void evr__conn_flush(evr_conn *c)
 			continue;
 		}
 		ctx->answer_posts++;
+		if (op->cb_at_post) {
+			/* done with once posted: its callback then */
+			due.cb[due.n] = op->cb;
+			due.arg[due.n++] = op->arg;
+			op->cb = NULL;
+		}
 		evr__sq_add(&c->sq, op);
+		if (due.n == EVR__DUE_MAX && flush_commit(c, &due))
+			return;
 	}
 	if (c->gave_back)
 		idle_ask(c);
@@ -1291,11 +1327,8 @@ void evr__conn_flush(evr_conn *c)
 	    evr__credit_can(&c->cr, true) && evr__sq_room(&c->sq) > 0 &&
 	    post_credit_update(c, 0))
 		ctx->st.credit_updates++;
-	err = evr__sq_commit(&c->sq);
-	if (err) {
-		EVR_ERR(ctx, "ibv_post_send failed: %s", evr_strerror(err));
-		evr__conn_fail(c, err);
-	}
+	if (flush_commit(c, &due))
+		return;
 	if (c->over_limit && c->queued_bytes <= ctx->o.send_queue_lowat) {
 		c->over_limit = false;
 		if (c->o.on_drain)

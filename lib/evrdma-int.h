@@ -237,7 +237,7 @@ struct evr__op {
 	uint8_t ctrl_type;  /* CTRL: EVR_T_CREDIT or EVR_T_RNDV_FIN */
 	uint8_t ctrl_flags; /* CTRL CREDIT: EVR_F_WANT or EVR_F_GIVE */
 	bool quiet; /* EAGER without a callback: may end a batch unsignaled */
-	bool cb_at_post; /* EAGER: cb fires (0) when built, then quiet */
+	bool cb_at_post; /* eager: cb fires once posted (the flush), quiet */
 	/* EAGER inline in two pieces: the header (and a call's id) in ihdr,
 	 * ihdr_len bytes, the payload at wqe.laddr (the user's buffer),
 	 * copied into the WR by the post */

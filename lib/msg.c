@@ -411,9 +411,7 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 	if (op->u.msg.len > c->peer_max_msg)
 		return -EMSGSIZE;
 	rndv = op->u.msg.len > op_eager_limit(c, op);
-	/* (not a call's request: its callback fires at the build, when a
-	 * split op's payload is still to be read by the post) */
-	if (!rndv && !op->iovcnt && c->sq.sge2 && !op->cb_at_post &&
+	if (!rndv && !op->iovcnt && c->sq.sge2 &&
 	    EVR_HDR_SIZE + idlen + op->u.msg.len <= c->sq.max_inline) {
 		/* inline in two pieces: no buffer, no copy but the post's */
 		b = NULL;
@@ -429,6 +427,7 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 			return -ENOMEM;
 	}
 	if (rndv) {
+		op->cb_at_post = false; /* a request read by the peer: at FIN */
 		err = rndv_prepare(c, op, b);
 		if (err)
 			evr__pool_put(&ctx->pool, b);
@@ -453,19 +452,12 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 		op->u.msg.buf = b;
 		evr__op_set_send(op, b, EVR_HDR_SIZE + h.len, &c->sq);
 	}
-	/* A call's eager request is the caller's no more once built (copied,
-	 * or inline): its callback says so now, and its completion is
-	 * nobody's to wait for. */
-	if (op->cb_at_post) {
-		evr_op_cb cb = op->cb;
-
-		op->cb = NULL;
-		cb(c, 0, op->arg);
-	}
-	/* Nobody waits for the completion of a message without a callback:
-	 * its WR may end the batch unsignaled (sq.c), and it counts as sent
-	 * once posted -- its completion may come much later. */
-	op->quiet = !op->cb && !ctx->quiet_off;
+	/* Nobody waits for the completion of a message without a callback,
+	 * nor for that of a call's eager request, which is the caller's no
+	 * more once posted (copied, or inline: the flush calls back then,
+	 * cb_at_post): its WR may end the batch unsignaled (sq.c), and it
+	 * counts as sent once posted -- its completion may come much later. */
+	op->quiet = (!op->cb || op->cb_at_post) && !ctx->quiet_off;
 	if (op->quiet) {
 		ctx->st.msgs_sent++;
 		ctx->st.bytes_sent += op->u.msg.len;

@@ -8,8 +8,8 @@
  *
  * Client side, a call ends -- its callback fires, exactly once -- when
  * both are true: its outcome is known (the reply, the deadline, a cancel,
- * the conn's end) and its request's send is over (eager: built for its
- * post, its bytes copied; rendezvous: its completion and the peer's FIN).
+ * the conn's end) and its request's send is over (eager: posted, its
+ * bytes copied; rendezvous: its completion and the peer's FIN).
  * The second is what makes the request buffer the caller's again when the
  * callback fires: nothing reads it any more, here or at the peer.  A call
  * given up is out of the table at once (a late reply finds nothing); its
@@ -121,9 +121,9 @@ static void call_maybe_end(struct rpc_call *k)
 		call_end(k, NULL, 0);
 }
 
-/* The request's send is over (its op's callback): an eager one's when
- * it is built for its post (msg.c, cb_at_post), a rendezvous one's when
- * both its send and the peer's FIN are. */
+/* The request's send is over (its op's callback): an eager one's once
+ * it is posted (cb_at_post: the flush calls back after the post), a
+ * rendezvous one's when both its send and the peer's FIN are. */
 static void request_sent(evr_conn *c, int status, void *arg)
 {
 	struct rpc_call *k = arg;

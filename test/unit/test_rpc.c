@@ -10,8 +10,8 @@
  * request offers them).
  *
  * A call's request is done with -- the caller's buffer its own again --
- * when eager, as soon as it is built for its post (its bytes copied into
- * a pool buffer or inline into the WR): its WR is quiet, nobody waits for
+ * when eager, as soon as it is posted (its bytes copied into a pool
+ * buffer, or inline into the WR by the post): its WR is quiet, nobody waits for
  * its completion, and a reply, a cancel, a deadline or the conn's end
  * after the post ends the call at once; the completion that comes later
  * (or its flush) fires nothing.  When rendezvous, only once its REQ's
@@ -56,6 +56,7 @@ struct how {
 	bool calls;	    /* the peer offers / agrees to calls */
 	bool serve;	    /* our conn's opts set on_request */
 	unsigned max_calls; /* our conn's max_calls */
+	unsigned depth;	    /* the peer's receive depth (0: peer.c's) */
 };
 
 static int setup_how(void **state, const struct how *h)
@@ -68,6 +69,8 @@ static int setup_how(void **state, const struct how *h)
 	f->p.calls = h->calls;
 	f->p.serve = h->serve;
 	f->p.max_calls = h->max_calls;
+	if (h->depth)
+		f->p.depth = h->depth;
 	if (h->accept)
 		peer_accept(&f->p);
 	else
@@ -79,7 +82,15 @@ static int setup_how(void **state, const struct how *h)
 /* Our side connects; the peer agrees to calls. */
 static int setup(void **state)
 {
-	const struct how h = {false, true, false, 0};
+	const struct how h = {false, true, false, 0, 0};
+
+	return setup_how(state, &h);
+}
+
+/* ... and the peer lends a window of 24 credits. */
+static int setup_deep(void **state)
+{
+	const struct how h = {false, true, false, 0, 24};
 
 	return setup_how(state, &h);
 }
@@ -87,7 +98,7 @@ static int setup(void **state)
 /* ... with max_calls 2. */
 static int setup_max2(void **state)
 {
-	const struct how h = {false, true, false, 2};
+	const struct how h = {false, true, false, 2, 0};
 
 	return setup_how(state, &h);
 }
@@ -95,7 +106,7 @@ static int setup_max2(void **state)
 /* Our side connects; the peer's reply does not agree to calls. */
 static int setup_no_calls(void **state)
 {
-	const struct how h = {false, false, false, 0};
+	const struct how h = {false, false, false, 0, 0};
 
 	return setup_how(state, &h);
 }
@@ -103,7 +114,7 @@ static int setup_no_calls(void **state)
 /* Our side accepts with on_request; the peer offers calls. */
 static int setup_server(void **state)
 {
-	const struct how h = {true, true, true, 0};
+	const struct how h = {true, true, true, 0, 0};
 
 	return setup_how(state, &h);
 }
@@ -111,7 +122,7 @@ static int setup_server(void **state)
 /* Our side accepts without on_request; the peer offers calls. */
 static int setup_accept_no_serve(void **state)
 {
-	const struct how h = {true, true, false, 0};
+	const struct how h = {true, true, false, 0, 0};
 
 	return setup_how(state, &h);
 }
@@ -119,7 +130,7 @@ static int setup_accept_no_serve(void **state)
 /* Our side accepts with on_request; the peer does not offer calls. */
 static int setup_accept_not_offered(void **state)
 {
-	const struct how h = {true, false, true, 0};
+	const struct how h = {true, false, true, 0, 0};
 
 	return setup_how(state, &h);
 }
@@ -152,14 +163,14 @@ static int setup_srq_how(void **state, const struct how *h)
 
 static int setup_srq(void **state)
 {
-	const struct how h = {false, true, false, 0};
+	const struct how h = {false, true, false, 0, 0};
 
 	return setup_srq_how(state, &h);
 }
 
 static int setup_server_srq(void **state)
 {
-	const struct how h = {true, true, true, 0};
+	const struct how h = {true, true, true, 0, 0};
 
 	return setup_srq_how(state, &h);
 }
@@ -414,6 +425,71 @@ static void test_eager_call(void **state)
 	assert_int_equal(evr_call_cancel(p->conn, id), -ENOENT);
 	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
 	expect_quiet(p);
+}
+
+/* What a request's at-post callback saw: the sends posted by then, and
+ * it overwrites the request's bytes (the caller may, once called). */
+struct at_post {
+	uint8_t buf[24];
+	unsigned calls, nsend_then;
+	int status;
+};
+
+static void at_post_cb(evr_conn *c, int status, void *arg)
+{
+	struct at_post *a = arg;
+
+	(void)c;
+	a->calls++;
+	a->status = status;
+	a->nsend_then = mock_wrs.nsend;
+	memset(a->buf, 0xee, sizeof(a->buf));
+}
+
+/* A call's eager request is the caller's again once posted, not before:
+ * a small one goes inline in two pieces (no copy of ours; the post reads
+ * the caller's bytes), so its callback fires after the post -- 20 of them
+ * in one flush, past the flush's 16 callbacks a post, each once, each
+ * after its own WR was posted, with the bytes as they were at the call;
+ * their completions change nothing. */
+static void test_request_done_after_post(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	enum { N = 20 };
+	static struct at_post a[N];
+	unsigned i, n0 = mock_wrs.nsend;
+
+	memset(a, 0, sizeof(a));
+	assert_true(peer_send_credits(p->conn) >= N); /* all at once */
+	for (i = 0; i < N; i++) {
+		memset(a[i].buf, (int)i + 1, sizeof(a[i].buf));
+		assert_int_equal(evr__msg_send_call(p->conn, a[i].buf,
+						    sizeof(a[i].buf),
+						    EVR_F_CALL, 100 + i,
+						    at_post_cb, &a[i], NULL),
+				 0);
+	}
+	assert_int_equal(a[0].calls, 0); /* queued: not yet */
+	peer_pump(f->ctx);
+	assert_int_equal(mock_wrs.nsend - n0, N);
+	for (i = 0; i < N; i++) {
+		const struct mock_wr *w = &mock_wrs.send[n0 + i];
+		uint8_t want[sizeof(a[i].buf)];
+
+		assert_int_equal(a[i].calls, 1);
+		assert_int_equal(a[i].status, 0);
+		assert_true(a[i].nsend_then >= n0 + i + 1); /* after its post */
+		assert_true(w->flags & IBV_SEND_INLINE);
+		memset(want, (int)i + 1, sizeof(want));
+		assert_int_equal(w->len, EVR_HDR_SIZE + 4 + sizeof(want));
+		assert_memory_equal(w->data + EVR_HDR_SIZE + 4, want,
+				    sizeof(want));
+	}
+	peer_ack(p);
+	peer_pump(f->ctx);
+	for (i = 0; i < N; i++)
+		assert_int_equal(a[i].calls, 1); /* not again */
 }
 
 /* A reply that comes before the peer acknowledged an eager request is
@@ -2072,6 +2148,7 @@ int main(void)
 	    T(test_hs_accept_no_calls, setup_accept_not_offered),
 	    T(test_eager_call, setup),
 	    T(test_eager_reply_before_ack, setup),
+	    T(test_request_done_after_post, setup_deep),
 	    T(test_rndv_reply_held, setup),
 	    T(test_eager_quiet_wr, setup_interval),
 	    T(test_reply_hold, setup),
