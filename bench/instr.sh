@@ -1,9 +1,13 @@
 #!/bin/bash
 # bench/instr.sh: instructions per round trip of an 8-byte ping-pong,
-# evrdma-perf (POLL mode) against ib_send_lat, counted by callgrind next to
+# evrdma-perf (POLL mode) against ib_send_lat, and of an 8-byte call
+# (evr_call, one at a time: tool evrdma-call) counted by callgrind next to
 # an RDMA device (normally inside the Soft-RoCE guest of test/vm/evr-vm).
 #
 #   bench/instr.sh BUILDDIR OUTDIR [quick]
+#
+# INSTR_TOOLS, if set, names the tools to count (default "evrdma
+# evrdma-call ib_send_lat").
 #
 # Instruction counts do not drift with host load the way times do.  Each
 # side of each tool is counted on its own: that side runs under
@@ -94,10 +98,13 @@ fns() {
 		LC_ALL=C sort -t'|' -k1,1
 }
 
-# The server and the client of one evrdma-perf ping-pong, SIDE under
-# callgrind: ev_run SIDE N
+# The server and the client of one evrdma-perf ping-pong (TOOL evrdma:
+# -t lat) or of calls one at a time (evrdma-call: -t rpc -w 1), SIDE
+# under callgrind: ev_run TOOL SIDE N
 ev_run() {
-	local side=$1 n=$2 f=$CG/evrdma-$1-$2 spid i sv=() cv=()
+	local tool=$1 side=$2 n=$3 f=$CG/$1-$2-$3 spid i sv=() cv=()
+	local test=(-t lat)
+	[ "$tool" = evrdma-call ] && test=(-t rpc -w 1)
 	PORT=$((PORT + 1))
 	[ "$side" = server ] && sv=("${VG[@]}" --callgrind-out-file=$f.cg)
 	[ "$side" = client ] && cv=("${VG[@]}" --callgrind-out-file=$f.cg)
@@ -107,9 +114,9 @@ ev_run() {
 		grep -q listening "$f.srv" && break
 		sleep 0.2
 	done
-	$PIN_C timeout 600 "${cv[@]}" "$PERF" -c "$ADDR" -p $PORT -t lat \
+	$PIN_C timeout 600 "${cv[@]}" "$PERF" -c "$ADDR" -p $PORT "${test[@]}" \
 		-m poll -S $SIZE -n "$n" > "$f.cli" 2>&1 ||
-		echo "evrdma-perf $side $n failed" >> "$LOG"
+		echo "evrdma-perf ${test[*]} $side $n failed" >> "$LOG"
 	kill -INT "$spid"
 	wait "$spid"
 	cat "$f.srv" "$f.cli" >> "$LOG"
@@ -136,10 +143,13 @@ pt_run() {
 echo "tool,side,n1,n2,total,provider,verbs,evrdma,libev,libc,app,other" \
 	> "$OUT/instr.csv"
 : > "$OUT/instr-top.txt"
-for tool in evrdma ib_send_lat; do
+for tool in ${INSTR_TOOLS:-evrdma evrdma-call ib_send_lat}; do
 	for side in server client; do
 		for n in $N1 $N2; do
-			if [ $tool = evrdma ]; then ev_run $side $n; else pt_run $side $n; fi
+			case $tool in
+			evrdma*) ev_run $tool $side $n ;;
+			*) pt_run $side $n ;;
+			esac
 		done
 		a=$CG/$tool-$side-$N1.cg b=$CG/$tool-$side-$N2.cg
 		if [ ! -s "$a" ] || [ ! -s "$b" ]; then

@@ -1236,21 +1236,26 @@ struct due {
 	void *arg[EVR__DUE_MAX];
 };
 
-/* Post what the flush built; then the callbacks due at the post, with
- * its status (a failed post has failed the conn already). */
-static int flush_commit(evr_conn *c, struct due *d)
+/* Post what the flush built; a failed post fails the conn. */
+static int flush_post(evr_conn *c)
 {
 	int err = evr__sq_commit(&c->sq);
-	unsigned i;
 
 	if (err) {
 		EVR_ERR(c->ctx, "ibv_post_send failed: %s", evr_strerror(err));
 		evr__conn_fail(c, err);
 	}
+	return err;
+}
+
+/* The callbacks due at the post, with its status. */
+static void due_fire(evr_conn *c, struct due *d, int err)
+{
+	unsigned i;
+
 	for (i = 0; i < d->n; i++)
 		d->cb[i](c, err, d->arg[i]);
 	d->n = 0;
-	return err;
 }
 
 void evr__conn_flush(evr_conn *c)
@@ -1316,8 +1321,12 @@ void evr__conn_flush(evr_conn *c)
 			op->cb = NULL;
 		}
 		evr__sq_add(&c->sq, op);
-		if (due.n == EVR__DUE_MAX && flush_commit(c, &due))
-			return;
+		if (due.n == EVR__DUE_MAX) {
+			err = flush_post(c);
+			due_fire(c, &due, err);
+			if (err)
+				return;
+		}
 	}
 	if (c->gave_back)
 		idle_ask(c);
@@ -1327,7 +1336,10 @@ void evr__conn_flush(evr_conn *c)
 	    evr__credit_can(&c->cr, true) && evr__sq_room(&c->sq) > 0 &&
 	    post_credit_update(c, 0))
 		ctx->st.credit_updates++;
-	if (flush_commit(c, &due))
+	err = flush_post(c);
+	if (due.n)
+		due_fire(c, &due, err);
+	if (err)
 		return;
 	if (c->over_limit && c->queued_bytes <= ctx->o.send_queue_lowat) {
 		c->over_limit = false;
