@@ -677,6 +677,8 @@ struct evr_conn {
 	struct evr__calltab rpc_tab; /* calls in flight; no slots until the
 				      * first call */
 	struct evr__list rpc_reqs;   /* requests delivered, not answered */
+	struct evr_request **rpc_ix; /* the same by id (rpc.c req_index) */
+	uint32_t rpc_ix_mask, rpc_ix_seed, rpc_nreqs;
 	/* freed calls and request handles (a handle may outlive the conn's
 	 * ctx: freed with the conn's last reference) */
 	struct evr__stash rpc_calls_free, rpc_reqs_free;

@@ -26,6 +26,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/random.h>
 
 #define EVR_CALLS_DEFAULT 256u
 /* calls and request handles a conn keeps for reuse, each kind */
@@ -56,7 +57,8 @@ enum req_state { REQ_OPEN, REQ_CANCELLED, REQ_GONE };
 
 struct evr_request {
 	struct evr__list link; /* c->rpc_reqs while REQ_OPEN or CANCELLED */
-	evr_conn *c;	       /* a reference */
+	struct evr_request *hnext; /* its bucket of c->rpc_ix, meanwhile */
+	evr_conn *c;		   /* a reference */
 	uint32_t id;
 	uint8_t state; /* enum req_state */
 };
@@ -289,12 +291,125 @@ bool evr__rpc_live(const evr_conn *c, uint32_t id)
 	return evr__calltab_find(&c->rpc_tab, id) != NULL;
 }
 
+/*
+ * The requests a conn holds, by id (the peer's CANCEL names one): chained
+ * buckets, at least as many as requests, so a CANCEL costs the same with
+ * ten requests held or 65536.  Ids are the peer's choice, so the hash
+ * mixes in a secret of the conn's: a peer cannot aim its ids at one
+ * bucket.  Without memory for the buckets, CANCEL walks the list.
+ */
+#define EVR_RPC_IX_MIN 16u
+
+static uint32_t req_bucket(const evr_conn *c, uint32_t id)
+{
+	uint32_t h = id ^ c->rpc_ix_seed; /* murmur3's finalizer */
+
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h & c->rpc_ix_mask;
+}
+
+/* Twice the buckets, every request held hashed anew; false without
+ * memory (the old buckets stay). */
+static bool req_ix_grow(evr_conn *c)
+{
+	uint32_t nb = c->rpc_ix ? (c->rpc_ix_mask + 1) * 2 : EVR_RPC_IX_MIN;
+	struct evr_request **ix = nb ? calloc(nb, sizeof(*ix)) : NULL;
+	struct evr__list *pos;
+
+	if (!ix)
+		return false;
+	if (!c->rpc_ix &&
+	    getrandom(&c->rpc_ix_seed, sizeof(c->rpc_ix_seed),
+		      GRND_NONBLOCK) != (ssize_t)sizeof(c->rpc_ix_seed))
+		c->rpc_ix_seed = (uint32_t)((uintptr_t)c >> 4) * 2654435761u;
+	free(c->rpc_ix);
+	c->rpc_ix = ix;
+	c->rpc_ix_mask = nb - 1;
+	evr__list_for_each(pos, &c->rpc_reqs)
+	{
+		struct evr_request *r =
+			evr__container_of(pos, struct evr_request, link);
+		uint32_t b = req_bucket(c, r->id);
+
+		r->hnext = ix[b];
+		ix[b] = r;
+	}
+	return true;
+}
+
+/* r, on c->rpc_reqs already, into the buckets. */
+static void req_index(evr_conn *c, struct evr_request *r)
+{
+	uint32_t b;
+
+	if (c->rpc_nreqs++ >= (c->rpc_ix ? c->rpc_ix_mask + 1 : 0) &&
+	    req_ix_grow(c))
+		return; /* r was hashed with the rest */
+	if (!c->rpc_ix)
+		return;
+	b = req_bucket(c, r->id);
+	r->hnext = c->rpc_ix[b];
+	c->rpc_ix[b] = r;
+}
+
+/* The open request of id, or NULL. */
+static struct evr_request *req_find(evr_conn *c, uint32_t id)
+{
+	struct evr__list *pos;
+	struct evr_request *r;
+
+	if (c->rpc_ix) {
+		for (r = c->rpc_ix[req_bucket(c, id)]; r; r = r->hnext)
+			if (r->id == id && r->state == REQ_OPEN)
+				return r;
+		return NULL;
+	}
+	evr__list_for_each(pos, &c->rpc_reqs)
+	{
+		r = evr__container_of(pos, struct evr_request, link);
+		if (r->id == id && r->state == REQ_OPEN)
+			return r;
+	}
+	return NULL;
+}
+
 static void req_unlink(struct evr_request *r)
 {
-	if (r->state != REQ_GONE) {
+	evr_conn *c = r->c;
+
+	if (r->state == REQ_GONE)
+		return;
+	evr__list_del(&r->link);
+	r->state = REQ_GONE;
+	c->rpc_nreqs--;
+	if (c->rpc_ix) {
+		struct evr_request **pp = &c->rpc_ix[req_bucket(c, r->id)];
+
+		while (*pp && *pp != r)
+			pp = &(*pp)->hnext;
+		if (*pp)
+			*pp = r->hnext;
+	}
+}
+
+/* The conn ended: every request it holds is answered by nothing now. */
+static void reqs_gone(evr_conn *c)
+{
+	while (!evr__list_empty(&c->rpc_reqs)) {
+		struct evr_request *r = evr__container_of(
+			c->rpc_reqs.next, struct evr_request, link);
+
 		evr__list_del(&r->link);
 		r->state = REQ_GONE;
 	}
+	c->rpc_nreqs = 0;
+	free(c->rpc_ix);
+	c->rpc_ix = NULL;
+	c->rpc_ix_mask = 0;
 }
 
 static void req_free(struct evr_request *r)
@@ -328,26 +443,20 @@ void evr__rpc_request(evr_conn *c, uint32_t id, const void *data, size_t len)
 	r->id = id;
 	r->state = REQ_OPEN;
 	evr__list_add_tail(&c->rpc_reqs, &r->link);
+	req_index(c, r);
 	ctx->st.requests++;
 	c->o.on_request(c, r, data, len, c->o.arg);
 }
 
 void evr__rpc_cancel(evr_conn *c, uint32_t id)
 {
-	struct evr__list *pos;
+	struct evr_request *r = req_find(c, id);
 
-	evr__list_for_each(pos, &c->rpc_reqs)
-	{
-		struct evr_request *r =
-			evr__container_of(pos, struct evr_request, link);
-
-		if (r->id == id && r->state == REQ_OPEN) {
-			r->state = REQ_CANCELLED;
-			c->ctx->st.requests_cancelled++;
-			return;
-		}
+	/* none: answered already, or never delivered; nothing to do */
+	if (r) {
+		r->state = REQ_CANCELLED;
+		c->ctx->st.requests_cancelled++;
 	}
-	/* answered already, or never delivered: nothing to do */
 }
 
 int evr_reply(evr_request *r, const void *buf, size_t len, evr_op_cb cb,
@@ -397,9 +506,7 @@ void evr__rpc_teardown(evr_conn *c, int status)
 
 	evr__msg_teardown(c, status);
 	/* requests: the handles stay the user's, answering sends nothing */
-	while (!evr__list_empty(&c->rpc_reqs))
-		req_unlink(evr__container_of(c->rpc_reqs.next,
-					     struct evr_request, link));
+	reqs_gone(c);
 	/* calls: each ends with the conn's error, once its request's send
 	 * is over (flushed, if it is still posted); one walk of the slots,
 	 * since no call can be made on a conn that ended */
@@ -420,6 +527,7 @@ void evr__rpc_teardown(evr_conn *c, int status)
 
 void evr__rpc_release(evr_conn *c)
 {
+	reqs_gone(c); /* (after the teardown: nothing left) */
 	evr__msg_detach_held(c);
 	evr__calltab_fini(&c->rpc_tab);
 }

@@ -1864,6 +1864,48 @@ static void test_serve_cancel_delivered(void **state)
 	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
 }
 
+/* Many requests held, some answered, some cancelled, in mixed order:
+ * each CANCEL finds its own request (the conn's index of requests by id
+ * grows past its first 16 buckets twice), an answered one's changes
+ * nothing, and the rest are answered as usual. */
+static void test_serve_cancel_many(void **state)
+{
+	enum { N = 60, ROUND = 6 };
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	unsigned i, j, cancelled = 0;
+
+	for (i = 0; i < N; i += ROUND) {
+		for (j = i; j < i + ROUND; j++)
+			peer_call_eager(p, EVR_F_CALL, 7919 * j + 5, "q", 1,
+					0);
+		peer_pump(f->ctx);
+	}
+	assert_int_equal(p->nreqs, N);
+	for (i = 0; i < N; i += 3) /* answered: out of the index */
+		assert_int_equal(evr_reply(p->reqs[i].r, "a", 1, NULL, NULL),
+				 0);
+	peer_pump(f->ctx);
+	for (i = N; i-- > 0;) {
+		if (i % 2)
+			continue;
+		peer_cancel(p, 7919 * i + 5, 0);
+		cancelled += i % 3 != 0;
+		if (i % 12 == 0)
+			peer_pump(f->ctx);
+	}
+	peer_pump(f->ctx);
+	assert_int_equal(stats(f->ctx).requests_cancelled, cancelled);
+	for (i = 0; i < N; i++) {
+		if (i % 3 == 0)
+			continue;
+		assert_int_equal(evr_reply(p->reqs[i].r, "b", 1, NULL, NULL),
+				 i % 2 ? 0 : -ECANCELED);
+	}
+	peer_pump(f->ctx);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+}
+
 /* A request answered already: its CANCEL changes nothing. */
 static void test_serve_cancel_answered(void **state)
 {
@@ -2184,6 +2226,7 @@ int main(void)
 	    T(test_serve_rndv_reply, setup_server),
 	    T(test_serve_rndv_request, setup_server),
 	    T(test_serve_cancel_delivered, setup_server),
+	    T(test_serve_cancel_many, setup_server),
 	    T(test_serve_cancel_answered, setup_server),
 	    T(test_serve_cancel_unread, setup_server),
 	    T(test_serve_cancel_reading, setup_server),
