@@ -89,8 +89,8 @@ static inline void *evr__stash_get(struct evr__stash *s, size_t size)
 }
 
 /* Release p (size bytes): kept while the stash holds fewer than max. */
-static inline void evr__stash_put(struct evr__stash *s, void *p,
-				  size_t size, unsigned max)
+static inline void evr__stash_put(struct evr__stash *s, void *p, size_t size,
+				  unsigned max)
 {
 #ifdef EVR__STASH_OFF
 	max = 0;

@@ -56,7 +56,7 @@ enum cause { BY_CONN, BY_REPLY, BY_DEADLINE, BY_CANCEL };
 enum req_state { REQ_OPEN, REQ_CANCELLED, REQ_GONE };
 
 struct evr_request {
-	struct evr__list link; /* c->rpc_reqs while REQ_OPEN or CANCELLED */
+	struct evr__list link;	   /* c->rpc_reqs while REQ_OPEN or CANCELLED */
 	struct evr_request *hnext; /* its bucket of c->rpc_ix, meanwhile */
 	evr_conn *c;		   /* a reference */
 	uint32_t id;
@@ -323,8 +323,8 @@ static bool req_ix_grow(evr_conn *c)
 	if (!ix)
 		return false;
 	if (!c->rpc_ix &&
-	    getrandom(&c->rpc_ix_seed, sizeof(c->rpc_ix_seed),
-		      GRND_NONBLOCK) != (ssize_t)sizeof(c->rpc_ix_seed))
+	    getrandom(&c->rpc_ix_seed, sizeof(c->rpc_ix_seed), GRND_NONBLOCK) !=
+		(ssize_t)sizeof(c->rpc_ix_seed))
 		c->rpc_ix_seed = (uint32_t)((uintptr_t)c >> 4) * 2654435761u;
 	free(c->rpc_ix);
 	c->rpc_ix = ix;
@@ -401,7 +401,7 @@ static void reqs_gone(evr_conn *c)
 {
 	while (!evr__list_empty(&c->rpc_reqs)) {
 		struct evr_request *r = evr__container_of(
-			c->rpc_reqs.next, struct evr_request, link);
+		    c->rpc_reqs.next, struct evr_request, link);
 
 		evr__list_del(&r->link);
 		r->state = REQ_GONE;

@@ -496,9 +496,8 @@ static void test_big_then_small(void **state)
 	d1 = digest_of(big + len - small, small);
 	target = nreplies + 2;
 	assert_int_equal(evr_send(cc->c, big, len, sent_cb, &st0), 0);
-	assert_int_equal(evr_send(cc->c, big + len - small, small, sent_cb,
-				  &st1),
-			 0);
+	assert_int_equal(
+	    evr_send(cc->c, big + len - small, small, sent_cb, &st1), 0);
 	assert_int_equal(rt_run_until(loop, replied, NULL, BOUND_S), 0);
 	assert_int_equal(cc->replies, r0 + 2);
 	assert_int_equal(cc->log[r0 % 4][0], d0.len);

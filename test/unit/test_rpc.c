@@ -1877,8 +1877,7 @@ static void test_serve_cancel_many(void **state)
 
 	for (i = 0; i < N; i += ROUND) {
 		for (j = i; j < i + ROUND; j++)
-			peer_call_eager(p, EVR_F_CALL, 7919 * j + 5, "q", 1,
-					0);
+			peer_call_eager(p, EVR_F_CALL, 7919 * j + 5, "q", 1, 0);
 		peer_pump(f->ctx);
 	}
 	assert_int_equal(p->nreqs, N);
