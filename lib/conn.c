@@ -1224,9 +1224,6 @@ static int take_and_prepare(evr_conn *c, struct evr__op *op, bool ctrl)
 	return err;
 }
 
-/* Post what can be posted: receives first (they are what the credits we
- * return stand for), then control messages and rendezvous reads, then the
- * user's ops in order, as one chain. */
 /* Callbacks due once their ops are posted (cb_at_post), at most
  * EVR__DUE_MAX a post. */
 #define EVR__DUE_MAX 16
@@ -1258,6 +1255,9 @@ static void due_fire(evr_conn *c, struct due *d, int err)
 	d->n = 0;
 }
 
+/* Post what can be posted: receives first (they are what the credits we
+ * return stand for), then control messages and rendezvous reads, then the
+ * user's ops in order, as one chain. */
 void evr__conn_flush(evr_conn *c)
 {
 	evr_ctx *ctx = c->ctx;
