@@ -266,7 +266,6 @@ static void test_stash(void **state)
 	struct evr__stash s = {0};
 	unsigned char *p[4];
 	unsigned i;
-	size_t j;
 
 	(void)state;
 	for (i = 0; i < 4; i++) {
@@ -283,6 +282,7 @@ static void test_stash(void **state)
 	assert_int_equal(s.n, 3); /* the fourth was freed */
 	for (i = 3; i-- > 0;) {
 		unsigned char *q = evr__stash_get(&s, 40);
+		size_t j;
 
 		assert_ptr_equal(q, p[i]); /* last in, first out */
 		for (j = 0; j < 40; j++)
