@@ -161,6 +161,7 @@ int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 	c = evr__conn_new(ctx, NULL, true, opts);
 	if (!c)
 		return -ENOMEM;
+	evr__load_add(ctx, 1);
 	if (rdma_create_id(ctx->cm_ch, &c->id, c, RDMA_PS_TCP)) {
 		err = -errno;
 		goto err_free;
@@ -546,6 +547,10 @@ static int accept_req(evr_conn_req *req, const struct evr_conn_opts *opts,
 	c = evr__conn_new(ctx, req->id, false, opts);
 	if (!c)
 		return -ENOMEM;
+	if (req->counted)
+		req->counted = false; /* the conn's count now */
+	else
+		evr__load_add(ctx, 1);
 	c->ulen = 0;
 	/* what the request lends decides what we lend (srq_admit) */
 	c->req_window = req->hs.init_window;
@@ -631,6 +636,7 @@ static void placed_run(evr_ctx *ctx, struct evr__call *call)
 	req.ctx = ctx;
 	req.id = pl->id;
 	req.hs = pl->hs;
+	req.counted = true; /* by evr_accept_on */
 	err = ctx->destroying ? -ECANCELED : evr__dev_bind(ctx, pl->id->verbs);
 	if (err) {
 		EVR_WARN(ctx, "placed connect request: %s", evr_strerror(err));
@@ -641,7 +647,8 @@ static void placed_run(evr_ctx *ctx, struct evr__call *call)
 	}
 	if (err && pl->o.on_connect)
 		pl->o.on_connect(NULL, err, pl->o.arg);
-	evr__load_add(ctx, -1); /* the conn counts itself, if made */
+	if (req.counted) /* no conn took the count over */
+		evr__load_add(ctx, -1);
 	free(pl);
 }
 

@@ -139,8 +139,7 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 	c->ka_timeout = ctx->o.keepalive_timeout_ms / 1000.0;
 	evr__list_add_tail(&ctx->conns, &c->link);
 	ctx->st.conns++;
-	evr__load_add(ctx, 1);
-	return c;
+	return c; /* the caller counts it in the load (evr__load_add) */
 }
 
 void evr__conn_fill_hs(const evr_conn *c, struct evr__hs *hs)

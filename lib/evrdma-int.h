@@ -701,6 +701,10 @@ struct evr_conn_req {
 	struct rdma_cm_id *id;
 	struct evr__hs hs;
 	bool answered;
+	/* placed (evr_accept_on): the target counted it in its load already,
+	 * and the conn takes that count over, so no other thread sees it
+	 * counted twice (or not at all) in between */
+	bool counted;
 };
 
 struct evr_listener {

@@ -437,6 +437,7 @@ struct placed_run {
 	int cli_up, cli_closed;
 	uint32_t got[PLACED], bad;
 	uint8_t msg[PLACED][256];
+	unsigned placed, miscounted; /* the listener's thread only */
 };
 
 static void placed_recv(evr_conn *c, const void *data, size_t len, void *arg)
@@ -477,7 +478,17 @@ static void placed_accept(evr_listener *l, evr_conn_req *req, const void *ud,
 	evr_ctx *to = evr_ctx_least_loaded(r->wctx, CLIENTS);
 	struct cli *w = &r->w[0];
 	struct evr_conn_opts o;
+	unsigned seen = 0;
 	int i;
+
+	/* until the close, a worker's load is what was placed on it, at
+	 * every moment: its thread taking a placement over must not show
+	 * it twice (or not at all) to this one, or the placement skews */
+	for (i = 0; i < CLIENTS; i++)
+		seen += evr_ctx_load(r->wctx[i]);
+	if (seen != r->placed)
+		r->miscounted++;
+	r->placed++;
 
 	for (i = 1; i < CLIENTS; i++)
 		if (r->w[i].ctx == to)
@@ -641,6 +652,8 @@ static void run_placed(enum rt_path path)
 	}
 	assert_int_equal(mt_run_until(&d, placed_echo_pred, &r, 60), 0);
 	assert_int_equal(r.bad, 0);
+	assert_int_equal(r.placed, PLACED);
+	assert_int_equal(r.miscounted, 0);
 	/* least loaded: placements count from evr_accept_on on, so the
 	 * workers take turns; each ctx counts only its own conns */
 	for (i = 0; i < CLIENTS; i++)
