@@ -42,14 +42,18 @@
 #if __has_include(<valgrind/memcheck.h>)
 #include <valgrind/memcheck.h>
 #define EVR__VG_DEFINED(p, n) ((void)VALGRIND_MAKE_MEM_DEFINED((p), (n)))
+#define EVR__VG_UNDEFINED(p, n) ((void)VALGRIND_MAKE_MEM_UNDEFINED((p), (n)))
+#define EVR__VG_NOACCESS(p, n)	((void)VALGRIND_MAKE_MEM_NOACCESS((p), (n)))
 #endif
 #endif
 #ifndef EVR__VG_DEFINED
 #define EVR__VG_DEFINED(p, n) ((void)(p), (void)(n))
+#define EVR__VG_UNDEFINED(p, n) ((void)(p), (void)(n))
+#define EVR__VG_NOACCESS(p, n)	((void)(p), (void)(n))
 #endif
 
 /*
- * A few freed objects of one kind, kept for reuse: call structs, request
+ * A few freed objects of one kind, kept for reuse: ops, call structs, request
  * handles and held messages come and go with every exchange, and malloc
  * plus free cost more than the rest of a call's bookkeeping.  An object
  * in a stash is linked through its first bytes; to memcheck it is
@@ -76,14 +80,10 @@ static inline void *evr__stash_get(struct evr__stash *s, size_t size)
 
 	if (!p)
 		return calloc(1, size);
-#ifdef VALGRIND_MAKE_MEM_UNDEFINED
-	(void)VALGRIND_MAKE_MEM_DEFINED(p, sizeof(void *));
-#endif
+	EVR__VG_DEFINED(p, sizeof(void *));
 	s->head = *(void **)p;
 	s->n--;
-#ifdef VALGRIND_MAKE_MEM_UNDEFINED
-	(void)VALGRIND_MAKE_MEM_UNDEFINED(p, size);
-#endif
+	EVR__VG_UNDEFINED(p, size);
 	memset(p, 0, size);
 	return p;
 }
@@ -102,11 +102,7 @@ static inline void evr__stash_put(struct evr__stash *s, void *p, size_t size,
 	*(void **)p = s->head;
 	s->head = p;
 	s->n++;
-#ifdef VALGRIND_MAKE_MEM_NOACCESS
-	(void)VALGRIND_MAKE_MEM_NOACCESS(p, size);
-#else
-	(void)size;
-#endif
+	EVR__VG_NOACCESS(p, size);
 }
 
 static inline void evr__stash_free(struct evr__stash *s)
@@ -114,9 +110,7 @@ static inline void evr__stash_free(struct evr__stash *s)
 	while (s->head) {
 		void *p = s->head;
 
-#ifdef VALGRIND_MAKE_MEM_DEFINED
-		(void)VALGRIND_MAKE_MEM_DEFINED(p, sizeof(void *));
-#endif
+		EVR__VG_DEFINED(p, sizeof(void *));
 		s->head = *(void **)p;
 		free(p);
 	}
@@ -887,8 +881,7 @@ struct evr_ctx {
 	struct evr__hooks hooks;
 	struct evr__list work;	/* conns whose state needs a step */
 	struct evr__list flush; /* conns with something to post */
-	struct evr__list op_free; /* ops kept for reuse (runq.c) */
-	unsigned nop_free;
+	struct evr__stash ops_free;  /* ops kept for reuse (runq.c) */
 	struct evr__stash msgs_free; /* freed evr_msg handles (msg.c) */
 	struct evr_stats st;
 	struct evr__regacct reg; /* what the ctx has registered */

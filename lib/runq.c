@@ -25,41 +25,26 @@ void evr__runq_init(evr_ctx *ctx)
 {
 	evr__list_init(&ctx->work);
 	evr__list_init(&ctx->flush);
-	evr__list_init(&ctx->op_free);
 }
 
 struct evr__op *evr__op_alloc(evr_ctx *ctx)
 {
-	struct evr__op *op =
-		evr__list_pop_entry(&ctx->op_free, struct evr__op, h.link);
+	struct evr__op *op = evr__stash_get(&ctx->ops_free, sizeof(*op));
 
-	if (op) {
-		ctx->nop_free--;
-		memset(op, 0, sizeof(*op));
-	} else if (!(op = calloc(1, sizeof(*op)))) {
-		return NULL;
-	}
-	evr__list_init(&op->h.link);
+	if (op)
+		evr__list_init(&op->h.link);
 	return op;
 }
 
 void evr__op_free(evr_ctx *ctx, struct evr__op *op)
 {
-	if (ctx->nop_free >= EVR_OP_FREE_MAX || ctx->destroying) {
-		free(op);
-		return;
-	}
-	evr__list_add_head(&ctx->op_free, &op->h.link); /* the warmest first */
-	ctx->nop_free++;
+	evr__stash_put(&ctx->ops_free, op, sizeof(*op),
+		       ctx->destroying ? 0 : EVR_OP_FREE_MAX);
 }
 
 void evr__op_free_all(evr_ctx *ctx)
 {
-	struct evr__op *op;
-
-	while ((op = evr__list_pop_entry(&ctx->op_free, struct evr__op, h.link)))
-		free(op);
-	ctx->nop_free = 0;
+	evr__stash_free(&ctx->ops_free);
 }
 
 void evr__conn_kick(evr_conn *c)
