@@ -292,11 +292,14 @@ bool evr__rpc_live(const evr_conn *c, uint32_t id)
 }
 
 /*
- * The requests a conn holds, by id (the peer's CANCEL names one): chained
- * buckets, at least as many as requests, so a CANCEL costs the same with
- * ten requests held or 65536.  Ids are the peer's choice, so the hash
- * mixes in a secret of the conn's: a peer cannot aim its ids at one
- * bucket.  Without memory for the buckets, CANCEL walks the list.
+ * The requests a conn holds, by id (the peer's CANCEL names one).  A
+ * CANCEL that finds more than EVR_RPC_IX_MIN held builds chained buckets,
+ * at least as many as requests, kept up from then on, so a CANCEL costs
+ * the same with 17 requests held or 65536; a conn whose peer never
+ * cancels, or holds few, pays nothing for them on its requests.  Ids are
+ * the peer's choice, so the hash mixes in a secret of the conn's: a peer
+ * cannot aim its ids at one bucket.  Without memory for the buckets,
+ * CANCEL walks the list.
  */
 #define EVR_RPC_IX_MIN 16u
 
@@ -312,14 +315,17 @@ static uint32_t req_bucket(const evr_conn *c, uint32_t id)
 	return h & c->rpc_ix_mask;
 }
 
-/* Twice the buckets, every request held hashed anew; false without
- * memory (the old buckets stay). */
-static bool req_ix_grow(evr_conn *c)
+/* At least want buckets, twice as many as before, every request held
+ * hashed anew; false without memory (the old buckets stay). */
+static bool req_ix_grow(evr_conn *c, uint32_t want)
 {
 	uint32_t nb = c->rpc_ix ? (c->rpc_ix_mask + 1) * 2 : EVR_RPC_IX_MIN;
-	struct evr_request **ix = nb ? calloc(nb, sizeof(*ix)) : NULL;
+	struct evr_request **ix;
 	struct evr__list *pos;
 
+	while (nb < want && nb < (1u << 30))
+		nb *= 2;
+	ix = calloc(nb, sizeof(*ix));
 	if (!ix)
 		return false;
 	if (!c->rpc_ix &&
@@ -341,16 +347,16 @@ static bool req_ix_grow(evr_conn *c)
 	return true;
 }
 
-/* r, on c->rpc_reqs already, into the buckets. */
+/* r, on c->rpc_reqs already, into the buckets once there are some. */
 static void req_index(evr_conn *c, struct evr_request *r)
 {
 	uint32_t b;
 
-	if (c->rpc_nreqs++ >= (c->rpc_ix ? c->rpc_ix_mask + 1 : 0) &&
-	    req_ix_grow(c))
-		return; /* r was hashed with the rest */
+	c->rpc_nreqs++;
 	if (!c->rpc_ix)
-		return;
+		return; /* no CANCEL has needed them yet */
+	if (c->rpc_nreqs > c->rpc_ix_mask + 1 && req_ix_grow(c, c->rpc_nreqs))
+		return; /* r was hashed with the rest */
 	b = req_bucket(c, r->id);
 	r->hnext = c->rpc_ix[b];
 	c->rpc_ix[b] = r;
@@ -362,6 +368,8 @@ static struct evr_request *req_find(evr_conn *c, uint32_t id)
 	struct evr__list *pos;
 	struct evr_request *r;
 
+	if (!c->rpc_ix && c->rpc_nreqs > EVR_RPC_IX_MIN)
+		req_ix_grow(c, c->rpc_nreqs); /* else the walk below */
 	if (c->rpc_ix) {
 		for (r = c->rpc_ix[req_bucket(c, id)]; r; r = r->hnext)
 			if (r->id == id && r->state == REQ_OPEN)

@@ -1865,12 +1865,14 @@ static void test_serve_cancel_delivered(void **state)
 }
 
 /* Many requests held, some answered, some cancelled, in mixed order:
- * each CANCEL finds its own request (the conn's index of requests by id
- * grows past its first 16 buckets twice), an answered one's changes
- * nothing, and the rest are answered as usual. */
+ * each CANCEL finds its own request, an answered one's changes nothing,
+ * and the rest are answered as usual.  The conn's index of requests by
+ * id is built by the first CANCEL that finds more than 16 held (none
+ * before: requests alone do not pay for it), and kept up from then on:
+ * requests that come later are found too, past another growth. */
 static void test_serve_cancel_many(void **state)
 {
-	enum { N = 60, ROUND = 6 };
+	enum { N = 40, ROUND = 5, M = 20 }; /* N + M <= PEER_MAX_MSGS */
 	struct fix *f = *state;
 	struct peer *p = &f->p;
 	unsigned i, j, cancelled = 0;
@@ -1881,6 +1883,7 @@ static void test_serve_cancel_many(void **state)
 		peer_pump(f->ctx);
 	}
 	assert_int_equal(p->nreqs, N);
+	assert_null(p->conn->rpc_ix);
 	for (i = 0; i < N; i += 3) /* answered: out of the index */
 		assert_int_equal(evr_reply(p->reqs[i].r, "a", 1, NULL, NULL),
 				 0);
@@ -1894,9 +1897,28 @@ static void test_serve_cancel_many(void **state)
 			peer_pump(f->ctx);
 	}
 	peer_pump(f->ctx);
+	/* 26 held: built at the first CANCEL, 32 buckets */
+	assert_non_null(p->conn->rpc_ix);
+	assert_int_equal(p->conn->rpc_ix_mask, 31);
 	assert_int_equal(stats(f->ctx).requests_cancelled, cancelled);
-	for (i = 0; i < N; i++) {
-		if (i % 3 == 0)
+	/* 26 held, M more: the buckets grow to 64 as they come */
+	for (i = N; i < N + M; i += ROUND) {
+		for (j = i; j < i + ROUND && j < N + M; j++)
+			peer_call_eager(p, EVR_F_CALL, 7919 * j + 5, "q", 1, 0);
+		peer_pump(f->ctx);
+	}
+	assert_int_equal(p->nreqs, N + M);
+	assert_int_equal(p->conn->rpc_ix_mask, 63);
+	for (i = N; i < N + M; i++) {
+		if (i % 2)
+			continue;
+		peer_cancel(p, 7919 * i + 5, 0);
+		cancelled++;
+		peer_pump(f->ctx);
+	}
+	assert_int_equal(stats(f->ctx).requests_cancelled, cancelled);
+	for (i = 0; i < N + M; i++) {
+		if (i < N && i % 3 == 0)
 			continue;
 		assert_int_equal(evr_reply(p->reqs[i].r, "b", 1, NULL, NULL),
 				 i % 2 ? 0 : -ECANCELED);
