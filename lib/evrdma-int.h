@@ -1003,8 +1003,20 @@ void evr__runq_init(evr_ctx *ctx);
 struct evr__op *evr__op_alloc(evr_ctx *ctx);
 void evr__op_free(evr_ctx *ctx, struct evr__op *op);
 void evr__op_free_all(evr_ctx *ctx);
-void evr__conn_kick(evr_conn *c);  /* needs a state step */
-void evr__conn_dirty(evr_conn *c); /* has something to post */
+/* c needs a state step */
+static inline void evr__conn_kick(evr_conn *c)
+{
+	if (evr__list_empty(&c->work_link))
+		evr__list_add_tail(&c->ctx->work, &c->work_link);
+}
+
+/* c has something to post (every send passes here: inline) */
+static inline void evr__conn_dirty(evr_conn *c)
+{
+	if (evr__list_empty(&c->flush_link))
+		evr__list_add_tail(&c->ctx->flush, &c->flush_link);
+}
+
 void evr__runq_forget(evr_conn *c); /* off both queues (it is freed) */
 bool evr__runq_busy(const evr_ctx *ctx);
 void evr__ctx_progress(evr_ctx *ctx);

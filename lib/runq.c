@@ -47,18 +47,6 @@ void evr__op_free_all(evr_ctx *ctx)
 	evr__stash_free(&ctx->ops_free);
 }
 
-void evr__conn_kick(evr_conn *c)
-{
-	if (evr__list_empty(&c->work_link))
-		evr__list_add_tail(&c->ctx->work, &c->work_link);
-}
-
-void evr__conn_dirty(evr_conn *c)
-{
-	if (evr__list_empty(&c->flush_link))
-		evr__list_add_tail(&c->ctx->flush, &c->flush_link);
-}
-
 void evr__runq_forget(evr_conn *c)
 {
 	evr__list_del(&c->work_link);
