@@ -158,10 +158,9 @@ int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 	err = parse_addr(host, port, false, &dst);
 	if (err)
 		return err;
-	c = evr__conn_new(ctx, NULL, true, opts);
+	c = evr__conn_new(ctx, NULL, true, opts, NULL);
 	if (!c)
 		return -ENOMEM;
-	evr__load_add(ctx, 1);
 	if (rdma_create_id(ctx->cm_ch, &c->id, c, RDMA_PS_TCP)) {
 		err = -errno;
 		goto err_free;
@@ -544,13 +543,9 @@ static int accept_req(evr_conn_req *req, const struct evr_conn_opts *opts,
 	size_t n;
 	int err;
 
-	c = evr__conn_new(ctx, req->id, false, opts);
+	c = evr__conn_new(ctx, req->id, false, opts, &req->counted);
 	if (!c)
 		return -ENOMEM;
-	if (req->counted)
-		req->counted = false; /* the conn's count now */
-	else
-		evr__load_add(ctx, 1);
 	c->ulen = 0;
 	/* what the request lends decides what we lend (srq_admit) */
 	c->req_window = req->hs.init_window;

@@ -97,7 +97,7 @@ static bool post_credit_update(evr_conn *c, uint8_t flags);
 static int take_and_prepare(evr_conn *c, struct evr__op *op, bool ctrl);
 
 evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
-			const struct evr_conn_opts *opts)
+			const struct evr_conn_opts *opts, bool *counted)
 {
 	evr_conn *c = calloc(1, sizeof(*c));
 
@@ -139,7 +139,13 @@ evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
 	c->ka_timeout = ctx->o.keepalive_timeout_ms / 1000.0;
 	evr__list_add_tail(&ctx->conns, &c->link);
 	ctx->st.conns++;
-	return c; /* the caller counts it in the load (evr__load_add) */
+	/* in the load until evr__conn_release: a placement's count, taken
+	 * over, or a count of its own */
+	if (counted && *counted)
+		*counted = false;
+	else
+		evr__load_add(ctx, 1);
+	return c;
 }
 
 void evr__conn_fill_hs(const evr_conn *c, struct evr__hs *hs)

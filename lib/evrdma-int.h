@@ -85,9 +85,8 @@ static inline void *evr__stash_get(struct evr__stash *s, size_t size)
 	return p;
 }
 
-/* Release p (size bytes): kept while the stash holds fewer than max. */
-static inline void evr__stash_put(struct evr__stash *s, void *p, size_t size,
-				  unsigned max)
+/* Release p: kept while the stash holds fewer than max. */
+static inline void evr__stash_put(struct evr__stash *s, void *p, unsigned max)
 {
 #ifdef EVR__STASH_OFF
 	max = 0;
@@ -96,7 +95,6 @@ static inline void evr__stash_put(struct evr__stash *s, void *p, size_t size,
 		free(p);
 		return;
 	}
-	(void)size;
 	*(void **)p = s->head;
 	s->head = p;
 	s->n++;
@@ -1018,8 +1016,10 @@ bool evr__runq_busy(const evr_ctx *ctx);
 void evr__ctx_progress(evr_ctx *ctx);
 
 /* conn.c */
+/* A new conn, counted in ctx's load: *counted, if set, is a placement's
+ * count (evr_accept_on), which it takes over and clears. */
 evr_conn *evr__conn_new(evr_ctx *ctx, struct rdma_cm_id *id, bool active,
-			const struct evr_conn_opts *opts);
+			const struct evr_conn_opts *opts, bool *counted);
 int evr__conn_setup_qp(evr_conn *c);
 void evr__conn_set_peer(evr_conn *c, const struct evr__hs *hs);
 void evr__conn_to(evr_conn *c, enum evr__conn_state to);

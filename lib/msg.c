@@ -1097,7 +1097,7 @@ void evr__msg_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
 
 static void msg_free(evr_ctx *ctx, evr_msg *m)
 {
-	evr__stash_put(&ctx->msgs_free, m, sizeof(*m), EVR_MSGS_FREE_MAX);
+	evr__stash_put(&ctx->msgs_free, m, EVR_MSGS_FREE_MAX);
 }
 
 evr_msg *evr_conn_hold(evr_conn *c)

@@ -74,7 +74,7 @@ static void call_free(evr_ctx *ctx, struct rpc_call *k)
 		evr__timer_stop(&ctx->timers, &k->tm);
 		evr__timers_unreserve(&ctx->timers, 1);
 	}
-	evr__stash_put(&k->c->rpc_calls_free, k, sizeof(*k), EVR_RPC_FREE_MAX);
+	evr__stash_put(&k->c->rpc_calls_free, k, EVR_RPC_FREE_MAX);
 }
 
 /* The reply, to the callback, with evr_conn_hold() at hand. */
@@ -363,6 +363,12 @@ static void req_index(evr_conn *c, struct evr_request *r)
 }
 
 /* The open request of id, or NULL. */
+/* Whether r is the open request id: what a CANCEL for id may end. */
+static bool req_is(const struct evr_request *r, uint32_t id)
+{
+	return r->id == id && r->state == REQ_OPEN;
+}
+
 static struct evr_request *req_find(evr_conn *c, uint32_t id)
 {
 	struct evr__list *pos;
@@ -372,14 +378,14 @@ static struct evr_request *req_find(evr_conn *c, uint32_t id)
 		req_ix_grow(c, c->rpc_nreqs); /* else the walk below */
 	if (c->rpc_ix) {
 		for (r = c->rpc_ix[req_bucket(c, id)]; r; r = r->hnext)
-			if (r->id == id && r->state == REQ_OPEN)
+			if (req_is(r, id))
 				return r;
 		return NULL;
 	}
 	evr__list_for_each(pos, &c->rpc_reqs)
 	{
 		r = evr__container_of(pos, struct evr_request, link);
-		if (r->id == id && r->state == REQ_OPEN)
+		if (req_is(r, id))
 			return r;
 	}
 	return NULL;
@@ -426,7 +432,7 @@ static void req_free(struct evr_request *r)
 
 	req_unlink(r);
 	/* (the handle's reference keeps c until after the stash took r) */
-	evr__stash_put(&c->rpc_reqs_free, r, sizeof(*r), EVR_RPC_FREE_MAX);
+	evr__stash_put(&c->rpc_reqs_free, r, EVR_RPC_FREE_MAX);
 	evr__conn_unref(c);
 }
 

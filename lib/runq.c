@@ -38,7 +38,7 @@ struct evr__op *evr__op_alloc(evr_ctx *ctx)
 
 void evr__op_free(evr_ctx *ctx, struct evr__op *op)
 {
-	evr__stash_put(&ctx->ops_free, op, sizeof(*op),
+	evr__stash_put(&ctx->ops_free, op,
 		       ctx->destroying ? 0 : EVR_OP_FREE_MAX);
 }
 

@@ -274,7 +274,7 @@ static void test_stash(void **state)
 		memset(p[i], 0xa5, 40);
 	}
 	for (i = 0; i < 4; i++)
-		evr__stash_put(&s, p[i], 40, 3);
+		evr__stash_put(&s, p[i], 3);
 #ifdef EVR__STASH_OFF
 	assert_int_equal(s.n, 0);
 	assert_null(s.head);
@@ -292,7 +292,7 @@ static void test_stash(void **state)
 	assert_int_equal(s.n, 0);
 	assert_null(s.head);
 	for (i = 0; i < 3; i++)
-		evr__stash_put(&s, p[i], 40, 3);
+		evr__stash_put(&s, p[i], 3);
 	assert_int_equal(s.n, 3);
 #endif
 	evr__stash_free(&s);

@@ -643,7 +643,7 @@ static int pe_setup(void **state)
 		o.on_connect = pe_connected;
 		o.on_close = pe_closed;
 		o.arg = pc;
-		pc->c = c = evr__conn_new(ctx, NULL, true, &o);
+		pc->c = c = evr__conn_new(ctx, NULL, true, &o, NULL);
 		if (!c)
 			return -1;
 		/* what evr__cq_attach and evr__conn_setup_qp would do, on
