@@ -737,12 +737,21 @@ EVR_EXPORT int evr_reject(evr_conn_req *req, const void *reason, size_t len);
 /** Completion of a send or one-sided operation. */
 typedef void (*evr_op_cb)(evr_conn *conn, int status, void *arg);
 
+/** Messages of at most this many bytes are copied by evr_send() and
+ *  evr_sendv() before they return (as libfabric's fi_inject does): the
+ *  caller's buffer is free at once. */
+#define EVR_SEND_COPY_MAX 64
+
 /**
  * Send one message of len bytes (0 .. the peer's maximum).  The buffer is
  * the caller's and must stay valid and unchanged until cb fires (large
- * messages are read from it by the peer).  cb may be NULL: the cheapest
- * send (its completion is not polled for one by one), but then nothing
- * tells when the buffer is free again.  cb and the peer's answer are not
+ * messages are read from it by the peer) -- unless len is at most
+ * EVR_SEND_COPY_MAX: such a message is copied before evr_send returns,
+ * and the buffer may be reused at once; from on_recv, the received bytes
+ * themselves may be sent back without evr_conn_hold().  cb may be NULL:
+ * the cheapest send (its completion is not polled for one by one), but
+ * then nothing tells when the buffer is free again (a copied message's
+ * is free at once).  cb and the peer's answer are not
  * ordered: a reply to this message may be delivered before cb fires.
  * Errors:
  * -EMSGSIZE (too large for the peer), -ENOBUFS (the send queue holds
@@ -752,7 +761,9 @@ typedef void (*evr_op_cb)(evr_conn *conn, int status, void *arg);
 EVR_EXPORT int evr_send(evr_conn *conn, const void *buf, size_t len,
 			evr_op_cb cb, void *arg);
 /** Vectored evr_send: the iovecs are gathered into one message; the
- *  iov array may be reused at once, the buffers it points to may not. */
+ *  iov array may be reused at once, the buffers it points to may not
+ *  (unless the message is at most EVR_SEND_COPY_MAX bytes: gathered before
+ *  evr_sendv returns). */
 EVR_EXPORT int evr_sendv(evr_conn *conn, const struct iovec *iov, int iovcnt,
 			 evr_op_cb cb, void *arg);
 
@@ -850,7 +861,8 @@ EVR_EXPORT int evr_call_cancel(evr_conn *conn, evr_call_id id);
 
 /**
  * Answer a request (any size up to the caller's max_msg_size; buf must
- * stay valid until cb fires, as for evr_send; cb may be NULL).  The
+ * stay valid until cb fires, as for evr_send, unless len is at most
+ * EVR_SEND_COPY_MAX: copied at once; cb may be NULL).  The
  * handle is spent whatever this returns (but -EINVAL for req NULL): 0, or
  * -ENOTCONN (the conn ended or is closing), -ECANCELED (the caller gave
  * up), -EINVAL (buf NULL with len), -EMSGSIZE, -ENOMEM -- nothing is sent

@@ -72,8 +72,11 @@ struct evr__stash {
 	unsigned n;
 };
 
-/* A zeroed object of size bytes: one kept, or a new one (NULL: ENOMEM). */
-static inline void *evr__stash_get(struct evr__stash *s, size_t size)
+/* An object of size bytes, one kept or a new one (NULL: ENOMEM), whose
+ * first zero bytes are zeroed (a new one's all of them): what follows is
+ * written before it is read. */
+static inline void *evr__stash_get_part(struct evr__stash *s, size_t size,
+					size_t zero)
 {
 	void *p = s->head;
 
@@ -81,8 +84,14 @@ static inline void *evr__stash_get(struct evr__stash *s, size_t size)
 		return calloc(1, size);
 	s->head = *(void **)p;
 	s->n--;
-	memset(p, 0, size);
+	memset(p, 0, zero);
 	return p;
+}
+
+/* A zeroed object of size bytes: one kept, or a new one (NULL: ENOMEM). */
+static inline void *evr__stash_get(struct evr__stash *s, size_t size)
+{
+	return evr__stash_get_part(s, size, size);
 }
 
 /* Release p: kept while the stash holds fewer than max. */
@@ -264,6 +273,9 @@ struct evr__op {
 			uint64_t len;
 		} bind;
 	} u;
+	/* EAGER of at most EVR_SEND_COPY_MAX bytes: the message, copied at
+	 * submission (msg.src points here) */
+	uint8_t copy[EVR_SEND_COPY_MAX];
 };
 
 #define evr__op_of(w) evr__container_of((w), struct evr__op, h)

@@ -61,6 +61,24 @@ static const struct evr__op_class send_class = {send_complete, send_prepare,
 
 /* ---- submission ---- */
 
+/* The len bytes of buf, or of iovcnt iovecs, to dst. */
+static void copy_in(uint8_t *dst, const void *buf, const struct iovec *iov,
+		    int iovcnt, size_t len)
+{
+	int i;
+
+	if (!iov) {
+		if (len)
+			memcpy(dst, buf, len);
+		return;
+	}
+	for (i = 0; i < iovcnt; i++) {
+		if (iov[i].iov_len)
+			memcpy(dst, iov[i].iov_base, iov[i].iov_len);
+		dst += iov[i].iov_len;
+	}
+}
+
 static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
 		       int iovcnt, size_t len, evr_op_cb cb, void *arg,
 		       bool limit, struct evr__op **opp)
@@ -85,7 +103,11 @@ static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
 	op = evr__conn_op_new(c, EVR_OP_EAGER, &send_class);
 	if (!op)
 		return -ENOMEM;
-	if (iov) {
+	if (len <= EVR_SEND_COPY_MAX) {
+		/* copied now: the caller's buffer is free on return */
+		copy_in(op->copy, buf, iov, iovcnt, len);
+		op->u.msg.src = op->copy;
+	} else if (iov) {
 		op->u.msg.iov = malloc(sizeof(*iov) * (size_t)iovcnt);
 		if (!op->u.msg.iov) {
 			evr__op_free(ctx, op);
@@ -256,20 +278,8 @@ int evr_sendv(evr_conn *c, const struct iovec *iov, int iovcnt, evr_op_cb cb,
 
 static void gather(uint8_t *dst, const struct evr__op *op)
 {
-	int i;
-
-	const struct iovec *iov = op->u.msg.iov;
-
-	if (!op->iovcnt) {
-		if (op->u.msg.len)
-			memcpy(dst, op->u.msg.src, op->u.msg.len);
-		return;
-	}
-	for (i = 0; i < op->iovcnt; i++) {
-		if (iov[i].iov_len)
-			memcpy(dst, iov[i].iov_base, iov[i].iov_len);
-		dst += iov[i].iov_len;
-	}
+	copy_in(dst, op->u.msg.src, op->iovcnt ? op->u.msg.iov : NULL,
+		op->iovcnt, op->u.msg.len);
 }
 
 /* SQ slots a message needs: a rendezvous also binds its window. */

@@ -29,7 +29,9 @@ void evr__runq_init(evr_ctx *ctx)
 
 struct evr__op *evr__op_alloc(evr_ctx *ctx)
 {
-	struct evr__op *op = evr__stash_get(&ctx->ops_free, sizeof(*op));
+	/* the copy of a small message is written before it is read */
+	struct evr__op *op = evr__stash_get_part(
+	    &ctx->ops_free, sizeof(*op), offsetof(struct evr__op, copy));
 
 	if (op)
 		evr__list_init(&op->h.link);

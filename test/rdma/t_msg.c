@@ -13,6 +13,9 @@
  *  - evr_conn_hold keeps a buffer valid past its callback, across more
  *    traffic and past the end of the connection, and evr_msg_release
  *    gives the receive credit back so traffic goes on;
+ *  - messages of at most EVR_SEND_COPY_MAX bytes are copied by evr_send
+ *    and evr_sendv: their buffers may be reused at once, and a server may
+ *    send on_recv's data back without holding it;
  *  - messages without a callback (quiet: their WRs may end a batch
  *    unsignaled) arrive like the others, count as sent, leave fewer than
  *    one signaled WR per message, and a graceful close and an abort both
@@ -918,6 +921,107 @@ static void test_hold(void **state)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Copied sends: a message of at most EVR_SEND_COPY_MAX bytes is copied
+ * before evr_send / evr_sendv return.  The client sends every message from
+ * the same buffers and wipes them as each call returns, all before the
+ * loop runs (the flush that builds the WRs comes later); the server sends
+ * each message back straight from on_recv's data, without holding it. */
+
+#define CN 300
+
+struct copy_run {
+	int srv_got, cli_got, srv_bad, cli_bad, send_err;
+};
+
+static size_t copy_len(int seq)
+{
+	return (size_t)seq % (EVR_SEND_COPY_MAX + 1); /* 0 .. the maximum */
+}
+
+static int copy_bad(const void *data, size_t len, int seq)
+{
+	return seq >= CN || len != copy_len(seq) ||
+	       rt_verify(data, len, (uint32_t)seq) >= 0;
+}
+
+static void copy_srv_recv(evr_conn *c, const void *data, size_t len, void *arg)
+{
+	struct rt_side *s = arg;
+	struct copy_run *r = s->user;
+
+	r->srv_bad += copy_bad(data, len, r->srv_got++);
+	if (evr_send(c, data, len, NULL, NULL))
+		r->send_err++;
+}
+
+static void copy_cli_recv(evr_conn *c, const void *data, size_t len, void *arg)
+{
+	struct rt_side *s = arg;
+	struct copy_run *r = s->user;
+
+	(void)c;
+	r->cli_bad += copy_bad(data, len, r->cli_got++);
+}
+
+static int copy_done(void *arg)
+{
+	const struct copy_run *r = arg;
+
+	return r->cli_got >= CN || r->send_err;
+}
+
+static void test_send_copy(void **state)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	uint8_t buf[EVR_SEND_COPY_MAX], b2[EVR_SEND_COPY_MAX];
+	struct evr_ctx_opts o;
+	struct copy_run r = {0};
+	struct rt_pair p;
+	int seq;
+
+	(void)state;
+	rt_ctx_opts(&o);
+	rt_pair_init(&p, loop, &o);
+	p.cli.user = p.srv.user = &r;
+	p.srv_opts.on_recv = copy_srv_recv;
+	p.cli_opts.on_recv = copy_cli_recv;
+	rt_pair_connect(&p);
+	for (seq = 0; seq < CN; seq++) {
+		size_t len = copy_len(seq), h = len / 2;
+		uint8_t msg[EVR_SEND_COPY_MAX];
+		int rc;
+
+		rt_fill(msg, len, (uint32_t)seq);
+		if (seq % 2) { /* two iovecs, the second possibly empty */
+			struct iovec iov[2] = {{buf, h}, {b2, len - h}};
+
+			memcpy(buf, msg, h);
+			memcpy(b2, msg + h, len - h);
+			rc = evr_sendv(p.cli.conn, iov, 2, NULL, NULL);
+		} else {
+			memcpy(buf, msg, len);
+			rc = evr_send(p.cli.conn, buf, len, NULL, NULL);
+		}
+		assert_int_equal(rc, 0);
+		memset(buf, 0xee, sizeof(buf)); /* free again: reused */
+		memset(b2, 0xee, sizeof(b2));
+	}
+	assert_int_equal(rt_run_until(loop, copy_done, &r, 20), 0);
+	printf("# %d messages of 0..%d bytes, sent from one reused buffer "
+	       "and echoed from on_recv's data: %d bad at the server, %d at "
+	       "the client\n",
+	       CN, EVR_SEND_COPY_MAX, r.srv_bad, r.cli_bad);
+	assert_int_equal(r.send_err, 0);
+	assert_int_equal(r.srv_got, CN);
+	assert_int_equal(r.cli_got, CN);
+	assert_int_equal(r.srv_bad, 0);
+	assert_int_equal(r.cli_bad, 0);
+	rt_pair_close(&p);
+	rt_pair_fini(&p);
+	ev_loop_destroy(loop);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Quiet sends: messages without a callback.  Their WRs may end a batch
  * unsignaled (lib/sq.c), so a ping-pong of them polls no send completion
  * per message; what is left unsignaled at the tail of the SQ must still
@@ -1092,6 +1196,7 @@ int main(void)
 	    cmocka_unit_test(test_ipv6),
 	    cmocka_unit_test(test_peer_max),
 	    cmocka_unit_test(test_hold),
+	    cmocka_unit_test(test_send_copy),
 	    cmocka_unit_test(test_quiet_graceful_libev),
 	    cmocka_unit_test(test_quiet_graceful_embed),
 	    cmocka_unit_test(test_quiet_abort_libev),
