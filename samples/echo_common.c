@@ -26,19 +26,27 @@ static void on_echo_sent(evr_conn *conn, int status, void *arg)
 static void on_recv(evr_conn *conn, const void *data, size_t len, void *arg)
 {
 	struct echo_conn *ec = arg;
-	evr_msg *msg = evr_conn_hold(conn);
+	evr_msg *msg = NULL;
 	int rc;
 
 	ec->msgs++;
 	ec->bytes += len;
 	ec->srv->msgs++;
 	ec->srv->bytes += len;
-	if (!msg) {
-		fprintf(stderr, "echo_server: cannot hold a message\n");
-		evr_conn_close(conn, EVR_CLOSE_ABORT);
-		return;
+	if (len <= EVR_SEND_COPY_MAX) {
+		/* copied by evr_send: the received bytes go back as they are */
+		rc = evr_send(conn, data, len, NULL, NULL);
+	} else {
+		/* sent from the received buffer itself, held until the send
+		 * is done */
+		msg = evr_conn_hold(conn);
+		if (!msg) {
+			fprintf(stderr, "echo_server: cannot hold a message\n");
+			evr_conn_close(conn, EVR_CLOSE_ABORT);
+			return;
+		}
+		rc = evr_send(conn, data, len, on_echo_sent, msg);
 	}
-	rc = evr_send(conn, data, len, on_echo_sent, msg);
 	if (rc < 0) {
 		/* -ENOBUFS: the client does not read its echoes; give up */
 		fprintf(stderr, "echo_server: send: %s\n", evr_strerror(rc));

@@ -144,8 +144,14 @@ static void srv_on_recv(evr_conn *conn, const void *data, size_t len,
 	sc->bytes += len;
 	if (sc->kind != K_ECHO)
 		return;
-	/* The echo goes from the received buffer itself, held until its send
-	 * is done: evr_send reads its source when it posts, and a buffer
+	/* A small echo is copied by evr_send (EVR_SEND_COPY_MAX), as a
+	 * server that answers from on_recv would send it. */
+	if (len <= EVR_SEND_COPY_MAX) {
+		rc = evr_send(conn, data, len, NULL, NULL);
+		goto out;
+	}
+	/* A larger one goes from the received buffer itself, held until its
+	 * send is done: evr_send reads its source when it posts, and a buffer
 	 * given back after on_recv could hold the next message by then. */
 	msg = evr_conn_hold(conn);
 	if (!msg) {
@@ -183,7 +189,8 @@ static void srv_reply(struct server *srv, evr_request *req, const void *buf,
 
 	if (rc == 0)
 		return;
-	done(NULL, rc, arg);
+	if (done)
+		done(NULL, rc, arg);
 	/* the handle is spent either way */
 	if (rc == -ENOTCONN || rc == -ECANCELED)
 		return; /* the call ended without it */
@@ -222,6 +229,12 @@ static void srv_on_request(evr_conn *conn, evr_request *req,
 
 	sc->msgs++;
 	sc->bytes += len;
+	if (len <= EVR_SEND_COPY_MAX &&
+	    (!len || *(const uint8_t *)data != RPC_DELAY_BYTE)) {
+		/* copied by evr_reply, as by evr_send: nothing to hold */
+		srv_reply(srv, req, data, len, NULL, NULL);
+		return;
+	}
 	if (!len || *(const uint8_t *)data != RPC_DELAY_BYTE) {
 		msg = evr_conn_hold(conn);
 		if (!msg)
