@@ -61,6 +61,24 @@ static const struct evr__op_class send_class = {send_complete, send_prepare,
 
 /* ---- submission ---- */
 
+/* A small message (at most EVR_SEND_COPY_MAX bytes) to dst, eight bytes
+ * at a time in general-purpose registers.  Not memcpy: at these sizes it
+ * takes vector registers, which an emulated CPU (QEMU's TCG, where the
+ * test bed runs) makes cost about two microseconds a copy of 64 bytes --
+ * a measured 20 % of a 64-byte round trip -- and which a real one saves
+ * nothing with. */
+static void copy_small(uint8_t *dst, const uint8_t *src, size_t len)
+{
+	uint64_t w;
+
+	for (; len >= 8; len -= 8, src += 8, dst += 8) {
+		memcpy(&w, src, 8);
+		memcpy(dst, &w, 8);
+	}
+	while (len--)
+		*dst++ = *src++;
+}
+
 /* The len bytes of buf, or of iovcnt iovecs, to dst. */
 static void copy_in(uint8_t *dst, const void *buf, const struct iovec *iov,
 		    int iovcnt, size_t len)
@@ -68,7 +86,9 @@ static void copy_in(uint8_t *dst, const void *buf, const struct iovec *iov,
 	int i;
 
 	if (!iov) {
-		if (len)
+		if (len <= EVR_SEND_COPY_MAX)
+			copy_small(dst, buf, len);
+		else
 			memcpy(dst, buf, len);
 		return;
 	}
