@@ -231,45 +231,54 @@ static void drop_unconsumed(evr_conn *c, struct evr__buf *b)
 }
 
 /*
- * Post the buffers on c->repost to the ctx's shared receive queue.  Each
- * was consumed by a message of c (evr__bank_consume) and is c's until
- * the bank takes it back here: c's peer gets its credit back, two when
- * its window grows, none when it shrinks (bank.h).  A conn on its way out
- * is owed credits no one will announce; the bank takes them back with
- * the conn (evr__bank_detach).
+ * Re-posting the buffers on c->repost to the ctx's shared receive queue
+ * takes two steps.  srq_count(): each was consumed by a message of c
+ * (evr__bank_consume) and is c's until the bank takes it back: c's peer
+ * gets its credit back, two when its window grows, none when it shrinks
+ * (bank.h).  srq_post(): the buffers go to the SRQ.  A conn on its way
+ * out is owed credits no one will announce; the bank takes them back
+ * with the conn (evr__bank_detach).
  */
-static void post_srq_recvs(evr_conn *c)
+static void srq_count(evr_conn *c, struct evr__list *counted)
+{
+	evr_ctx *ctx = c->ctx;
+	struct evr__buf *b;
+
+	while ((b = evr__buf_pop(&c->repost))) {
+		evr__bank_repost(&ctx->bank, &c->bank, &c->cr, b->update);
+		evr__list_add_tail(counted, evr__buf_link(b));
+	}
+	c->nrepost = 0;
+}
+
+/* Post the counted buffers; one the SRQ refuses leaves the pool, and c
+ * fails (the credits counted for it are never announced). */
+static void srq_post(evr_conn *c, struct evr__list *counted)
 {
 	evr_ctx *ctx = c->ctx;
 	struct ibv_recv_wr wrs[64], *bad;
 	struct ibv_sge sges[64];
-	bool update[64];
 	unsigned n, i;
 	int rc;
 
-	while (!evr__list_empty(&c->repost)) {
+	while (!evr__list_empty(counted)) {
 		struct evr__buf *b;
 
-		for (n = 0; n < 64 && (b = evr__buf_pop(&c->repost)); n++) {
-			update[n] = b->update;
+		for (n = 0; n < 64 && (b = evr__buf_pop(counted)); n++) {
 			evr__srq_buf_prep(ctx, b);
 			evr__recv_wr(&wrs[n], &sges[n], b);
 			if (n)
 				wrs[n - 1].next = &wrs[n];
 		}
 		rc = evr__srq_post(ctx, wrs, &bad);
-		for (i = 0; i < n; i++) {
-			if (rc && &wrs[i] == bad)
-				break;
-			evr__bank_repost(&ctx->bank, &c->bank, &c->cr,
-					 update[i]);
-		}
+		for (i = 0; i < n && !(rc && &wrs[i] == bad); i++)
+			;
 		ctx->st.recv_wrs += i;
 		if (!rc)
 			continue;
 		EVR_ERR(ctx, "ibv_post_srq_recv failed: %s", evr_strerror(rc));
 		for (; i < n; i++) { /* lost to the shared queue */
-			c->bank.busy--;
+			ctx->bank.posted--;
 			ctx->bank.total--;
 			evr__pool_put(&ctx->pool,
 				      evr__buf_of((struct evr__wr *)(uintptr_t)
@@ -277,7 +286,15 @@ static void post_srq_recvs(evr_conn *c)
 		}
 		evr__conn_fail(c, rc);
 	}
-	c->nrepost = 0;
+}
+
+static void post_srq_recvs(evr_conn *c)
+{
+	struct evr__list counted;
+
+	evr__list_init(&counted);
+	srq_count(c, &counted);
+	srq_post(c, &counted);
 	/* The credits these make owed go out with the flush that called
 	 * this, which posts receives before anything else; a conn not up yet
 	 * is flushed when it is (evr__conn_established). */
@@ -1260,10 +1277,36 @@ static void due_fire(evr_conn *c, struct due *d, int err)
 	d->n = 0;
 }
 
-/* Post what can be posted: receives first (they are what the credits we
+static void flush_ops(evr_conn *c);
+
+/*
+ * Post what can be posted: receives first (they are what the credits we
  * return stand for), then control messages and rendezvous reads, then the
- * user's ops in order, as one chain. */
+ * user's ops in order, as one chain.  With the shared receive queue, the
+ * receives are counted first and posted last -- a reply sent from on_recv
+ * goes out before the re-post of its request's buffer, which is not on
+ * the way to the peer's answer -- when the bank's spare posted buffers
+ * cover every credit the count can grant (two a buffer): credits lent
+ * then never exceed buffers posted, at any moment (bank.h).
+ */
 void evr__conn_flush(evr_conn *c)
+{
+	struct evr__list counted;
+
+	evr__list_init(&counted);
+	if (!evr__list_empty(&c->repost)) {
+		if (c->srq && evr__conn_up(c) && evr__conn_can_post(c) &&
+		    evr__bank_spare(&c->ctx->bank) >= 2 * c->nrepost)
+			srq_count(c, &counted);
+		else
+			post_recvs(c, true);
+	}
+	flush_ops(c);
+	if (!evr__list_empty(&counted))
+		srq_post(c, &counted);
+}
+
+static void flush_ops(evr_conn *c)
 {
 	evr_ctx *ctx = c->ctx;
 	struct evr__list *pos, *next;
@@ -1271,8 +1314,6 @@ void evr__conn_flush(evr_conn *c)
 	struct due due;
 	int err;
 
-	if (!evr__list_empty(&c->repost))
-		post_recvs(c, true);
 	if (!evr__conn_can_post(c) || !evr__conn_up(c))
 		return;
 	due.n = 0;
