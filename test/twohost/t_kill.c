@@ -156,10 +156,19 @@ static int run_client(void)
 	       a.sent, a.echoed, a.sent - a.sends_done);
 	TH_CHECK(evr_send(c.conn, big, sizeof(big), side_sent, &c) == 0);
 	TH_CHECK(evr_conn_close(c.conn, 0) == 0);
-	if (th_run_until(a.loop, all_closed, &x, BOUND + 20))
+	if (th_run_until(a.loop, all_closed, &x, BOUND + 20)) {
+		struct evr_conn_info ai;
+
+		/* what A waits for, for the log */
+		if (!a.closes && a.conn && evr_conn_info(a.conn, &ai) == 0)
+			printf("# A: state %s, %u send credits, %zu bytes "
+			       "queued, %u sent, %u echoed, %u sends done\n",
+			       ai.state, ai.send_credits, ai.queued_bytes,
+			       a.sent, a.echoed, a.sends_done);
 		th_fail("not all conns closed %.0f s after the kill "
 			"(A %d, B %d, C %d)", BOUND + 20, a.closes, b.closes,
 			c.closes);
+	}
 	printf("# A (streaming): on_close %s %.2f s after the kill; %u sends "
 	       "done (%u ok, %u failed, first error %s)\n",
 	       evr_err_name(a.close_status), a.t_close - t_kill, a.sends_done,
