@@ -13,6 +13,9 @@
  * which is the same as: credits lent <= buffers posted.  Every message
  * that lands was covered by a credit, so a send never meets an empty SRQ:
  * no RNR, by construction, as with a queue per connection (credit.h).
+ * Re-posted buffers may wait for a batched post (unposted): they count
+ * as posted in the books, but the spare, out of which credits are lent,
+ * leaves them out, so credits lent never exceed the buffers on the SRQ.
  *
  * A footprint grows only out of spare budget (posted - lent) and shrinks
  * by not re-granting when a consumed buffer is re-posted, down to the
@@ -50,7 +53,9 @@ struct evr__bank_cfg {
 
 struct evr__bank {
 	struct evr__bank_cfg cfg;
-	uint32_t posted;    /* receive buffers posted to the SRQ now */
+	uint32_t posted;    /* receive buffers posted to the SRQ, or counted
+			     * for its next batched post (unposted) */
+	uint32_t unposted;  /* of posted, those waiting for that post */
 	uint32_t lent;	    /* sum of the connections' lent */
 	uint32_t total;	    /* buffers the pool owns: posted + busy + orphans */
 	uint32_t orphans;   /* consumed by connections gone since */
@@ -69,10 +74,13 @@ struct evr__bank_conn {
 	uint32_t floor;	 /* the window never shrinks below this */
 };
 
+/* Buffers on the SRQ that no credit stands for. */
 static inline uint32_t evr__bank_spare(const struct evr__bank *b)
 {
+	uint32_t on = b->posted - b->unposted;
+
 	/* lent above posted only after a failed post (srq.c): no spare */
-	return b->posted > b->lent ? b->posted - b->lent : 0;
+	return on > b->lent ? on - b->lent : 0;
 }
 
 /* Cannot lend more and cannot grow: windows above a fair share give back. */
@@ -101,7 +109,8 @@ static inline int evr__bank_init(struct evr__bank *b,
 	    cfg->chunk == 0 || cfg->limit < cfg->win_init)
 		return -EINVAL;
 	b->cfg = *cfg;
-	b->posted = b->lent = b->total = b->orphans = b->nconns = 0;
+	b->posted = b->unposted = b->lent = b->total = b->orphans = 0;
+	b->nconns = 0;
 	b->grown = b->withheld = b->refused = b->reclaimed = 0;
 	/* room for two admissions, or half a chunk of growth */
 	b->low = cfg->chunk / 2 > 2 * cfg->win_init ? cfg->chunk / 2

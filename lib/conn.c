@@ -235,31 +235,33 @@ static void drop_unconsumed(evr_conn *c, struct evr__buf *b)
  * takes two steps.  srq_count(): each was consumed by a message of c
  * (evr__bank_consume) and is c's until the bank takes it back: c's peer
  * gets its credit back, two when its window grows, none when it shrinks
- * (bank.h).  srq_post(): the buffers go to the SRQ.  A conn on its way
- * out is owed credits no one will announce; the bank takes them back
- * with the conn (evr__bank_detach).
+ * (bank.h).  srq_post(): the buffers go to the SRQ, at once or, set
+ * aside on ctx->srq_ready (counted unposted), with the next batch
+ * (evr__conn_flush).  A conn on its way out is owed credits no one will
+ * announce; the bank takes them back with the conn (evr__bank_detach).
  */
-static void srq_count(evr_conn *c, struct evr__list *counted)
+static void srq_count(evr_conn *c, struct evr__list *counted, bool later)
 {
 	evr_ctx *ctx = c->ctx;
 	struct evr__buf *b;
 
 	while ((b = evr__buf_pop(&c->repost))) {
+		ctx->bank.unposted += later;
 		evr__bank_repost(&ctx->bank, &c->bank, &c->cr, b->update);
 		evr__list_add_tail(counted, evr__buf_link(b));
 	}
 	c->nrepost = 0;
 }
 
-/* Post the counted buffers; one the SRQ refuses leaves the pool, and c
- * fails (the credits counted for it are never announced). */
-static void srq_post(evr_conn *c, struct evr__list *counted)
+/* Post the counted buffers.  One the SRQ refuses leaves the pool, and the
+ * error is returned: the caller fails the conn that posted (the credits
+ * counted for it are never announced). */
+static int srq_post(evr_ctx *ctx, struct evr__list *counted)
 {
-	evr_ctx *ctx = c->ctx;
 	struct ibv_recv_wr wrs[64], *bad;
 	struct ibv_sge sges[64];
 	unsigned n, i;
-	int rc;
+	int rc, err = 0;
 
 	while (!evr__list_empty(counted)) {
 		struct evr__buf *b;
@@ -284,20 +286,35 @@ static void srq_post(evr_conn *c, struct evr__list *counted)
 				      evr__buf_of((struct evr__wr *)(uintptr_t)
 							  wrs[i].wr_id));
 		}
-		evr__conn_fail(c, rc);
+		err = rc;
 	}
+	return err;
+}
+
+/* The batch set aside goes to the SRQ; c (NULL: none) fails if it
+ * cannot. */
+static void srq_post_ready(evr_ctx *ctx, evr_conn *c)
+{
+	int err;
+
+	ctx->bank.unposted = 0; /* posted, or lost and uncounted */
+	err = srq_post(ctx, &ctx->srq_ready);
+	if (err && c)
+		evr__conn_fail(c, err);
 }
 
 static void post_srq_recvs(evr_conn *c)
 {
 	struct evr__list counted;
+	int err;
 
 	evr__list_init(&counted);
-	srq_count(c, &counted);
-	srq_post(c, &counted);
-	/* The credits these make owed go out with the flush that called
-	 * this, which posts receives before anything else; a conn not up yet
-	 * is flushed when it is (evr__conn_established). */
+	srq_count(c, &counted, false);
+	err = srq_post(c->ctx, &counted);
+	if (err)
+		evr__conn_fail(c, err);
+	/* The credits these make owed go out with the next flush of c; a
+	 * conn not up yet is flushed when it is (evr__conn_established). */
 }
 
 void evr__conn_recv_put(evr_conn *c, struct evr__buf *b)
@@ -407,6 +424,8 @@ static int srq_admit(evr_conn *c)
 		c->recv_depth = bk->cfg.win_max;
 		c->lend_init = (uint16_t)bk->cfg.win_init;
 	}
+	if (evr__bank_spare(bk) < bk->cfg.win_init && bk->unposted)
+		srq_post_ready(ctx, NULL);
 	if (evr__bank_spare(bk) < bk->cfg.win_init)
 		evr__srq_refill(ctx);
 	if (evr__bank_admit(bk, &c->bank) == 0) {
@@ -719,8 +738,11 @@ static void conn_free(evr_conn *c)
 	ctx->hooks.conn_release(c);
 	if (c->qp_num)
 		evr__qpmap_del(&ctx->qpmap, c->qp_num);
-	if (c->srq)
+	if (c->srq) {
 		evr__bank_detach(&ctx->bank, &c->bank);
+		if (ctx->bank.unposted) /* the last conn may be gone */
+			srq_post_ready(ctx, NULL);
+	}
 	evr__runq_forget(c);
 	evr__timers_unreserve(&ctx->timers, EVR__CONN_TIMERS);
 	evr__conn_unref(c); /* the ctx's; evr_conn_ref()'s may outlive it */
@@ -1283,27 +1305,35 @@ static void flush_ops(evr_conn *c);
  * Post what can be posted: receives first (they are what the credits we
  * return stand for), then control messages and rendezvous reads, then the
  * user's ops in order, as one chain.  With the shared receive queue, the
- * receives are counted first and posted last -- a reply sent from on_recv
- * goes out before the re-post of its request's buffer, which is not on
- * the way to the peer's answer -- when the bank's spare posted buffers
- * cover every credit the count can grant (two a buffer): credits lent
- * then never exceed buffers posted, at any moment (bank.h).
+ * receives are counted first and posted later -- a reply sent from
+ * on_recv goes out before the re-post of its request's buffer, which is
+ * not on the way to the peer's answer -- in batches of srq_batch (one
+ * post instead of one per message), when the bank's spare covers every
+ * credit the count can grant (two a buffer): credits lent then never
+ * exceed buffers on the SRQ, at any moment (bank.h).  When it does not,
+ * the batch set aside goes first, which grows the spare, and what is
+ * still not covered is posted before it is counted.
  */
 void evr__conn_flush(evr_conn *c)
 {
-	struct evr__list counted;
+	evr_ctx *ctx = c->ctx;
+	bool later = false;
 
-	evr__list_init(&counted);
 	if (!evr__list_empty(&c->repost)) {
-		if (c->srq && evr__conn_up(c) && evr__conn_can_post(c) &&
-		    evr__bank_spare(&c->ctx->bank) >= 2 * c->nrepost)
-			srq_count(c, &counted);
+		if (c->srq && evr__conn_up(c) && evr__conn_can_post(c)) {
+			if (evr__bank_spare(&ctx->bank) < 2 * c->nrepost &&
+			    ctx->bank.unposted)
+				srq_post_ready(ctx, c);
+			later = evr__bank_spare(&ctx->bank) >= 2 * c->nrepost;
+		}
+		if (later)
+			srq_count(c, &ctx->srq_ready, true);
 		else
 			post_recvs(c, true);
 	}
 	flush_ops(c);
-	if (!evr__list_empty(&counted))
-		srq_post(c, &counted);
+	if (later && ctx->bank.unposted >= ctx->tune.srq_batch)
+		srq_post_ready(ctx, c);
 }
 
 static void flush_ops(evr_conn *c)

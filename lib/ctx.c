@@ -126,6 +126,7 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	evr__list_init(&ctx->zombies);
 	evr__list_init(&ctx->held);
 	evr__list_init(&ctx->limbo);
+	evr__list_init(&ctx->srq_ready);
 	evr__qpmap_init(&ctx->qpmap);
 	evr__runq_init(ctx);
 	evr__ctx_hooks_init(ctx);
@@ -274,7 +275,7 @@ void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out)
 	if (ctx->srq) {
 		out->srq_bytes = (uint64_t)ctx->bank.total * ctx->pool.buf_size;
 		out->srq_buffers = ctx->bank.total;
-		out->srq_posted = ctx->bank.posted;
+		out->srq_posted = ctx->bank.posted - ctx->bank.unposted;
 		out->srq_lent = ctx->bank.lent;
 		out->srq_refused = (uint32_t)ctx->bank.refused;
 		out->srq_grown = ctx->bank.grown;

@@ -764,6 +764,7 @@ struct evr__tune {
 	 * stderr; 0 (also a zeroed ctx): none */
 	unsigned log_stderr;
 	enum evr_srq_mode srq; /* the option, else EVR_SRQ, else AUTO */
+	unsigned srq_batch;    /* EVR_SRQ_REPOST_BATCH (1: each flush) */
 	/* EVR_MW: 0 (unset: the device decides), EVR_RNDV_REGISTER (off),
 	 * EVR_RNDV_WINDOW (inside: windows inside larger registrations
 	 * even where the device does not bound them -- to test that path) */
@@ -898,6 +899,8 @@ struct evr_ctx {
 	bool srq_refusing;	  /* refusals logged since the last admission */
 	bool srq_decided;	  /* srq chosen (or not) for good */
 	struct evr__bank bank;	  /* its credits (bank.h) */
+	struct evr__list srq_ready; /* re-posts counted, waiting for their
+				       batched post (bank.unposted) */
 	struct evr__qpmap qpmap;  /* qp_num -> conn, for its completions */
 	struct evr__list limbo;	  /* conns whose QP is gone, whose CQ is
 				     not yet polled empty since (conn.c) */
@@ -956,6 +959,10 @@ static inline void evr__ctx_timer_stop(evr_ctx *ctx, struct evr__timer *t)
 /* POLL: empty CQ poll passes in a row before the check watcher returns to
  * the loop (EVR_POLL_SPIN). */
 #define EVR_POLL_SPIN 64
+/* Buffers re-posted to a shared receive queue go out in one post of this
+ * many (conn.c evr__conn_flush), or sooner when the spare cannot cover
+ * the wait. */
+#define EVR_SRQ_REPOST_BATCH 16
 int evr__set_nonblock(int fd);
 /* "error"|"warn"|"info"|"debug" (any case; "1": debug, other text: warn)
  * to a level; NULL or "": -1, no logging. */

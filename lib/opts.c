@@ -166,6 +166,7 @@ void evr__tune_resolve(struct evr__tune *t, const struct evr_ctx_opts *o,
 	/* a log sink in the options takes the lines: EVR_LOG is not read */
 	t->log_stderr = o->log_fn || lvl < 0 ? 0 : (unsigned)lvl + 1;
 	t->srq = o->srq;
+	t->srq_batch = EVR_SRQ_REPOST_BATCH;
 	if (t->srq == EVR_SRQ_AUTO && env->srq) {
 		if (!strcasecmp(env->srq, "on") || !strcmp(env->srq, "1"))
 			t->srq = EVR_SRQ_ON;

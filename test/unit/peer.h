@@ -187,7 +187,8 @@ void peer_rndv_req(struct peer *p, const void *addr, uint64_t len,
 void peer_fin(struct peer *p, uint32_t id, int32_t status, uint16_t credits);
 void peer_write_imm(struct peer *p, uint32_t imm);
 /* Receives of ours posted and not yet filled (with a shared receive
- * queue: the SRQ's, for every conn). */
+ * queue: the SRQ's, for every conn, and the re-posts counted for its
+ * next batched post). */
 unsigned peer_recvs_posted(const struct peer *p);
 
 /* The arg for an evr_op_cb that records op i in p (peer_op_cb). */

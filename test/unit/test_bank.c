@@ -143,6 +143,37 @@ static uint32_t roundtrip(struct evr__bank *b, struct evr__bank_conn *bc,
 
 /* WANT grows the window by one a message, two credits for one, up to the
  * largest window; the threshold of updates follows it. */
+/* Buffers counted for a later batched post are not on the SRQ: the spare
+ * leaves them out, so an admission or a growth cannot lend them. */
+static void test_unposted_not_spare(void **state)
+{
+	struct evr__bank b;
+	struct evr__bank_conn c = {0}, d = {0};
+
+	(void)state;
+	bank_setup(&b, &cfg_std);
+	assert_int_equal(evr__bank_admit(&b, &c), 0);
+	evr__bank_fix_window(&c); /* every credit comes back */
+	assert_int_equal(evr__bank_spare(&b), b.posted - 8);
+	/* a message lands; its buffer is counted, not posted yet */
+	assert_int_equal(evr__bank_consume(&b, &c, false), 0);
+	b.unposted++;
+	assert_int_equal(evr__bank_repost(&b, &c, &(struct evr__credit){0},
+					  false),
+			 1);
+	assert_int_equal(b.posted, b.total);
+	assert_int_equal(evr__bank_spare(&b), b.posted - 1 - 8);
+	/* all but the unposted one lent: no room for an admission */
+	b.unposted = evr__bank_spare(&b) + 1;
+	assert_int_equal(evr__bank_spare(&b), 0);
+	assert_int_equal(evr__bank_admit(&b, &d), -ENOBUFS);
+	assert_int_equal(b.lent, 8);
+	/* the batch is posted: the spare is back */
+	b.unposted = 0;
+	assert_int_equal(evr__bank_spare(&b), b.posted - 8);
+	assert_int_equal(evr__bank_admit(&b, &d), 0);
+}
+
 static void test_grow(void **state)
 {
 	struct evr__bank b;
@@ -887,6 +918,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_init),
 	    cmocka_unit_test(test_admit_refuse),
+	    cmocka_unit_test(test_unposted_not_spare),
 	    cmocka_unit_test(test_grow),
 	    cmocka_unit_test(test_shrink_to_min),
 	    cmocka_unit_test(test_short_bank),

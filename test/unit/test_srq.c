@@ -438,6 +438,7 @@ static void test_repost_fails(void **state)
 	uint32_t buffers;
 
 	(void)state;
+	ctx->tune.srq_batch = 1; /* each flush posts its re-posts */
 	peer_accept(&p);
 	buffers = stats(ctx).srq_buffers;
 	mock.post_srq_rc = -ENOMEM;
@@ -452,6 +453,99 @@ static void test_repost_fails(void **state)
 	assert_int_equal(st.srq_posted, st.srq_buffers);
 	assert_true(st.srq_buffers >= buffers - 1);
 	check_bank(ctx);
+	peer_stop(&p);
+}
+
+/* Re-posts wait for a batch: srq_batch messages' buffers go to the SRQ in
+ * one post, their credits announced before it; the receives the peer may
+ * fill never fall below the credits lent.  A batch the SRQ refuses fails
+ * the conn whose flush posted it, and the books balance once it is
+ * gone. */
+static void test_repost_batched(void **state)
+{
+	struct peer p;
+	evr_ctx *ctx = srq_start(&p);
+	struct ledger l = {WIN, 0, 0, 0};
+	struct evr_stats st;
+	unsigned i, calls, batch = ctx->tune.srq_batch, lost = 0;
+	uint32_t buffers;
+
+	(void)state;
+	assert_true(batch > 1);
+	peer_accept(&p); /* fixed window: every credit comes back */
+	buffers = stats(ctx).srq_buffers;
+	calls = mock.post_srq_calls;
+	for (i = 1; i <= 3 * batch; i++) {
+		assert_true(may_send(&l, WIN));
+		if (i == 3 * batch)
+			mock.post_srq_rc = -ENOMEM; /* the third batch */
+		peer_eager(&p, "b", 1, (uint16_t)l.owe);
+		l.owe = 0;
+		l.avail--;
+		l.sent++;
+		peer_pump(ctx);
+		take_credits(&p, &l);
+		peer_pump(ctx);
+		if (i == 3 * batch)
+			break;
+		check_bank(ctx);
+		assert_int_equal(ctx->bank.unposted, i % batch);
+		assert_int_equal(mock.post_srq_calls, calls + i / batch);
+		assert_int_equal(p.conn->bank.busy, 0); /* all counted */
+		assert_int_equal(l.avail + p.conn->cr.owed, p.conn->bank.lent);
+		assert_true(stats(ctx).srq_lent <= stats(ctx).srq_posted);
+	}
+	mock.post_srq_rc = 0;
+	assert_int_equal(mock.post_srq_calls, calls + 3);
+	assert_int_equal(p.nmsgs, 3 * batch);
+	assert_int_equal(p.msgs[0].len, 1);
+	lost = batch;
+	peer_flush_closed(&p, -ENOMEM);
+	pump_reaped(ctx);
+	st = stats(ctx);
+	assert_int_equal(ctx->bank.unposted, 0);
+	assert_int_equal(st.srq_lent, 0);
+	assert_int_equal(st.srq_posted, st.srq_buffers);
+	assert_true(st.srq_buffers >= buffers - lost);
+	check_bank(ctx);
+	peer_stop(&p);
+}
+
+/* With too little spare to cover a wait (a pool of two windows), re-posts
+ * go to the SRQ at the flush that counts them, and the peer never meets
+ * an empty queue. */
+static void test_repost_batch_uncovered(void **state)
+{
+	struct evr_ctx_opts o;
+	struct peer p;
+	struct ledger l = {WIN, 0, 0, 0};
+	evr_ctx *ctx;
+	unsigned i, calls;
+
+	(void)state;
+	mocks_srq();
+	srq_opts(&o);
+	o.srq_buffers = WIN + 2;
+	ctx = peer_start(&p, &o);
+	peer_accept(&p);
+	assert_int_equal(stats(ctx).srq_buffers, WIN + 2);
+	calls = mock.post_srq_calls;
+	for (i = 1; i <= 3 * WIN; i++) {
+		assert_true(may_send(&l, WIN));
+		peer_eager(&p, "u", 1, (uint16_t)l.owe);
+		l.owe = 0;
+		l.avail--;
+		l.sent++;
+		peer_pump(ctx);
+		take_credits(&p, &l);
+		peer_pump(ctx);
+		check_bank(ctx);
+		assert_true(ctx->bank.unposted <= 1);
+		assert_true(stats(ctx).srq_lent <= stats(ctx).srq_posted);
+	}
+	assert_true(mock.post_srq_calls >= calls + 3 * WIN - 1);
+	assert_int_equal(p.nmsgs, 3 * WIN);
+	assert_int_equal(p.closes, 0);
 	peer_stop(&p);
 }
 
@@ -772,6 +866,8 @@ int main(void)
 		cmocka_unit_test(test_beyond_credits),
 		cmocka_unit_test(test_pool_full_refused),
 		cmocka_unit_test(test_repost_fails),
+		cmocka_unit_test(test_repost_batched),
+		cmocka_unit_test(test_repost_batch_uncovered),
 		cmocka_unit_test(test_early_message),
 		cmocka_unit_test(test_early_message_rejected),
 		cmocka_unit_test(test_hold_orphan),
