@@ -456,6 +456,20 @@ static void test_repost_fails(void **state)
 	peer_stop(&p);
 }
 
+/* The peer sends a one-byte message on a credit of a fixed window; our
+ * frames' credits come back to it. */
+static void send_one(struct peer *p, struct ledger *l, const char *byte)
+{
+	assert_true(may_send(l, WIN));
+	peer_eager(p, byte, 1, (uint16_t)l->owe);
+	l->owe = 0;
+	l->avail--;
+	l->sent++;
+	peer_pump(p->ctx);
+	take_credits(p, l);
+	peer_pump(p->ctx);
+}
+
 /* Re-posts wait for a batch: srq_batch messages' buffers go to the SRQ in
  * one post, their credits announced before it; the receives the peer may
  * fill never fall below the credits lent.  A batch the SRQ refuses fails
@@ -476,16 +490,9 @@ static void test_repost_batched(void **state)
 	buffers = stats(ctx).srq_buffers;
 	calls = mock.post_srq_calls;
 	for (i = 1; i <= 3 * batch; i++) {
-		assert_true(may_send(&l, WIN));
 		if (i == 3 * batch)
 			mock.post_srq_rc = -ENOMEM; /* the third batch */
-		peer_eager(&p, "b", 1, (uint16_t)l.owe);
-		l.owe = 0;
-		l.avail--;
-		l.sent++;
-		peer_pump(ctx);
-		take_credits(&p, &l);
-		peer_pump(ctx);
+		send_one(&p, &l, "b");
 		if (i == 3 * batch)
 			break;
 		check_bank(ctx);
@@ -531,14 +538,7 @@ static void test_repost_batch_uncovered(void **state)
 	assert_int_equal(stats(ctx).srq_buffers, WIN + 2);
 	calls = mock.post_srq_calls;
 	for (i = 1; i <= 3 * WIN; i++) {
-		assert_true(may_send(&l, WIN));
-		peer_eager(&p, "u", 1, (uint16_t)l.owe);
-		l.owe = 0;
-		l.avail--;
-		l.sent++;
-		peer_pump(ctx);
-		take_credits(&p, &l);
-		peer_pump(ctx);
+		send_one(&p, &l, "u");
 		check_bank(ctx);
 		assert_true(ctx->bank.unposted <= 1);
 		assert_true(stats(ctx).srq_lent <= stats(ctx).srq_posted);
