@@ -253,10 +253,10 @@ static void srq_count(evr_conn *c, struct evr__list *counted, bool later)
 	c->nrepost = 0;
 }
 
-/* Post the counted buffers.  One the SRQ refuses leaves the pool, and the
- * error is returned: the caller fails the conn that posted (the credits
- * counted for it are never announced). */
-static int srq_post(evr_ctx *ctx, struct evr__list *counted)
+/* Post the counted buffers.  One the SRQ refuses leaves the pool, and c,
+ * the conn that posted (NULL: none), fails: the credits counted for it are
+ * never announced. */
+static void srq_post(evr_ctx *ctx, struct evr__list *counted, evr_conn *c)
 {
 	struct ibv_recv_wr wrs[64], *bad;
 	struct ibv_sge sges[64];
@@ -288,31 +288,26 @@ static int srq_post(evr_ctx *ctx, struct evr__list *counted)
 		}
 		err = rc;
 	}
-	return err;
-}
-
-/* The batch set aside goes to the SRQ; c (NULL: none) fails if it
- * cannot. */
-static void srq_post_ready(evr_ctx *ctx, evr_conn *c)
-{
-	int err;
-
-	ctx->bank.unposted = 0; /* posted, or lost and uncounted */
-	err = srq_post(ctx, &ctx->srq_ready);
 	if (err && c)
 		evr__conn_fail(c, err);
+}
+
+/* The batch set aside, if any, goes to the SRQ; c as for srq_post(). */
+static void srq_post_ready(evr_ctx *ctx, evr_conn *c)
+{
+	if (!ctx->bank.unposted)
+		return;
+	ctx->bank.unposted = 0; /* posted, or lost and uncounted */
+	srq_post(ctx, &ctx->srq_ready, c);
 }
 
 static void post_srq_recvs(evr_conn *c)
 {
 	struct evr__list counted;
-	int err;
 
 	evr__list_init(&counted);
 	srq_count(c, &counted, false);
-	err = srq_post(c->ctx, &counted);
-	if (err)
-		evr__conn_fail(c, err);
+	srq_post(c->ctx, &counted, c);
 	/* The credits these make owed go out with the next flush of c; a
 	 * conn not up yet is flushed when it is (evr__conn_established). */
 }
@@ -424,10 +419,11 @@ static int srq_admit(evr_conn *c)
 		c->recv_depth = bk->cfg.win_max;
 		c->lend_init = (uint16_t)bk->cfg.win_init;
 	}
-	if (evr__bank_spare(bk) < bk->cfg.win_init && bk->unposted)
+	if (evr__bank_spare(bk) < bk->cfg.win_init) {
 		srq_post_ready(ctx, NULL);
-	if (evr__bank_spare(bk) < bk->cfg.win_init)
-		evr__srq_refill(ctx);
+		if (evr__bank_spare(bk) < bk->cfg.win_init)
+			evr__srq_refill(ctx);
+	}
 	if (evr__bank_admit(bk, &c->bank) == 0) {
 		ctx->srq_refusing = false;
 		if (!c->lend_init)
@@ -740,8 +736,7 @@ static void conn_free(evr_conn *c)
 		evr__qpmap_del(&ctx->qpmap, c->qp_num);
 	if (c->srq) {
 		evr__bank_detach(&ctx->bank, &c->bank);
-		if (ctx->bank.unposted) /* the last conn may be gone */
-			srq_post_ready(ctx, NULL);
+		srq_post_ready(ctx, NULL); /* the last conn may be gone */
 	}
 	evr__runq_forget(c);
 	evr__timers_unreserve(&ctx->timers, EVR__CONN_TIMERS);
@@ -1321,10 +1316,12 @@ void evr__conn_flush(evr_conn *c)
 
 	if (!evr__list_empty(&c->repost)) {
 		if (c->srq && evr__conn_up(c) && evr__conn_can_post(c)) {
-			if (evr__bank_spare(&ctx->bank) < 2 * c->nrepost &&
-			    ctx->bank.unposted)
-				srq_post_ready(ctx, c);
 			later = evr__bank_spare(&ctx->bank) >= 2 * c->nrepost;
+			if (!later && ctx->bank.unposted) {
+				srq_post_ready(ctx, c);
+				later = evr__bank_spare(&ctx->bank) >=
+					2 * c->nrepost;
+			}
 		}
 		if (later)
 			srq_count(c, &ctx->srq_ready, true);
