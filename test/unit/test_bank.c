@@ -141,8 +141,6 @@ static uint32_t roundtrip(struct evr__bank *b, struct evr__bank_conn *bc,
 	return evr__bank_repost(b, bc, cr, false);
 }
 
-/* WANT grows the window by one a message, two credits for one, up to the
- * largest window; the threshold of updates follows it. */
 /* Buffers counted for a later batched post are not on the SRQ: the spare
  * leaves them out, so an admission or a growth cannot lend them. */
 static void test_unposted_not_spare(void **state)
@@ -174,6 +172,8 @@ static void test_unposted_not_spare(void **state)
 	assert_int_equal(evr__bank_admit(&b, &d), 0);
 }
 
+/* WANT grows the window by one a message, two credits for one, up to the
+ * largest window; the threshold of updates follows it. */
 static void test_grow(void **state)
 {
 	struct evr__bank b;
