@@ -161,6 +161,7 @@ void evr__conn_set_peer(evr_conn *c, const struct evr__hs *hs)
 {
 	c->peer_depth = hs->recv_depth;
 	c->peer_max_eager = hs->max_eager;
+	c->eager = EVR__MIN(hs->max_eager, c->ctx->max_eager);
 	c->peer_max_msg = hs->max_msg;
 	/* a peer that lends out of a shared queue starts us small and grows
 	 * our window when we tell it we want more (EVR_F_WANT) */
@@ -1373,7 +1374,8 @@ static void flush_ops(evr_conn *c)
 	       evr__sq_room(&c->sq) > 0) {
 		if (op->credit && !evr__credit_can(&c->cr, false))
 			break;
-		if (op->cls->wrs && evr__sq_room(&c->sq) < op->cls->wrs(c, op))
+		if (op->cls->wrs && evr__sq_room(&c->sq) < EVR__OP_WRS_MAX &&
+		    evr__sq_room(&c->sq) < op->cls->wrs(c, op))
 			break; /* a rendezvous binding its window: 2 */
 		evr__list_del(&op->h.link);
 		if (op->credit) {

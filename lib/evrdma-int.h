@@ -173,8 +173,11 @@ struct evr__wr {
  *             submission.  It may add ops of its own to the batch first
  *             (a rendezvous binds its memory window), as many as wrs says.
  *   wrs       optional: the SQ slots the op may need when posted, itself
- *             included (1 when NULL); the flush waits for that many.
+ *             included (1 when NULL, never more than EVR__OP_WRS_MAX);
+ *             the flush waits for that many, and asks only when fewer
+ *             than EVR__OP_WRS_MAX are free.
  */
+#define EVR__OP_WRS_MAX 2 /* a rendezvous request and its window's bind */
 typedef void (*evr__op_complete_fn)(struct evr__op *op, int status);
 typedef int (*evr__op_prepare_fn)(evr_conn *c, struct evr__op *op);
 typedef unsigned (*evr__op_wrs_fn)(const evr_conn *c,
@@ -638,6 +641,8 @@ struct evr_conn {
 	uint64_t dead_since_ns;
 	/* peer's limits, from the handshake */
 	uint32_t peer_max_eager;
+	uint32_t eager; /* min(peer_max_eager, ctx->max_eager): the eager
+			 * limit of what either side sends (msg.c) */
 	uint64_t peer_max_msg;
 	uint16_t peer_depth;
 	struct evr__credit cr;

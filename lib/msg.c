@@ -34,7 +34,7 @@ _Static_assert(EVR__HDR_BYTES == EVR_HDR_SIZE, "struct evr__op's ihdr");
 
 static size_t eager_limit(const evr_conn *c)
 {
-	return EVR__MIN((size_t)c->peer_max_eager, (size_t)c->ctx->max_eager);
+	return c->eager; /* min(the peer's, ours): set at the handshake */
 }
 
 /* An op's eager limit: a call's id takes 4 bytes of the eager size. */
@@ -99,9 +99,12 @@ static void copy_in(uint8_t *dst, const void *buf, const struct iovec *iov,
 	}
 }
 
-static int send_common(evr_conn *c, const void *buf, const struct iovec *iov,
-		       int iovcnt, size_t len, evr_op_cb cb, void *arg,
-		       bool limit, struct evr__op **opp)
+/* Inlined into each entry point: evr_send() runs for every message, and
+ * a call with nine arguments costs about 25 instructions of its own. */
+static inline __attribute__((always_inline)) int
+send_common(evr_conn *c, const void *buf, const struct iovec *iov, int iovcnt,
+	    size_t len, evr_op_cb cb, void *arg, bool limit,
+	    struct evr__op **opp)
 {
 	evr_ctx *ctx;
 	struct evr__op *op;
