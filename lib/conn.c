@@ -1295,7 +1295,7 @@ static void due_fire(evr_conn *c, struct due *d, int err)
 	d->n = 0;
 }
 
-static void flush_ops(evr_conn *c);
+static EVR__ALWAYS_INLINE void flush_ops(evr_conn *c);
 
 /*
  * Post what can be posted: receives first (they are what the credits we
@@ -1334,7 +1334,7 @@ void evr__conn_flush(evr_conn *c)
 		srq_post_ready(ctx, c);
 }
 
-static void flush_ops(evr_conn *c)
+static EVR__ALWAYS_INLINE void flush_ops(evr_conn *c)
 {
 	evr_ctx *ctx = c->ctx;
 	struct evr__list *pos, *next;

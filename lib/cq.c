@@ -208,7 +208,7 @@ int evr__wc_conn_errno(enum ibv_wc_status st)
 
 /* One completion: to what was posted (wr_id: an op's or a receive
  * buffer's head), which knows how it completes. */
-void evr__dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc)
+static EVR__ALWAYS_INLINE void dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc)
 {
 	struct evr__wr *w = (struct evr__wr *)(uintptr_t)wc->wr_id;
 
@@ -270,7 +270,7 @@ static unsigned cq_drain(evr_ctx *ctx, struct evr__cq *c, unsigned budget)
 		}
 		ctx->dispatch_depth++;
 		for (i = 0; i < n; i++)
-			evr__dispatch_wc(ctx, &wc[i]);
+			dispatch_wc(ctx, &wc[i]);
 		ctx->dispatch_depth--;
 		total += (unsigned)n;
 		ctx->st.completions += (unsigned)n;

@@ -101,10 +101,10 @@ static void copy_in(uint8_t *dst, const void *buf, const struct iovec *iov,
 
 /* Inlined into each entry point: evr_send() runs for every message, and
  * a call with nine arguments costs about 25 instructions of its own. */
-static inline __attribute__((always_inline)) int
-send_common(evr_conn *c, const void *buf, const struct iovec *iov, int iovcnt,
-	    size_t len, evr_op_cb cb, void *arg, bool limit,
-	    struct evr__op **opp)
+static EVR__ALWAYS_INLINE int send_common(evr_conn *c, const void *buf,
+					  const struct iovec *iov, int iovcnt,
+					  size_t len, evr_op_cb cb, void *arg,
+					  bool limit, struct evr__op **opp)
 {
 	evr_ctx *ctx;
 	struct evr__op *op;
@@ -648,8 +648,9 @@ static void repost(evr_conn *c, struct evr__buf *b)
 
 /* A message to its callback: on_recv, or a call's request or reply to
  * the call layer (flags EVR_F_CALL / EVR_F_REPLY, id). */
-static void deliver(evr_conn *c, struct evr__buf *b, struct evr__rbuf *rb,
-		    const void *data, size_t len, uint8_t flags, uint32_t id)
+static EVR__ALWAYS_INLINE void deliver(evr_conn *c, struct evr__buf *b,
+				       struct evr__rbuf *rb, const void *data,
+				       size_t len, uint8_t flags, uint32_t id)
 {
 	evr_ctx *ctx = c->ctx;
 	evr_msg m;

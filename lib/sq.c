@@ -79,8 +79,8 @@ static struct evr__op *batch_pop(struct evr__sq *sq)
 
 /* The verbs WR of op, built from its compact form, its SGEs in sge
  * (EVR__WR_SGES of them). */
-static void build_wr(const struct evr__op *op, struct ibv_send_wr *wr,
-		     struct ibv_sge *sge)
+static EVR__ALWAYS_INLINE void
+build_wr(const struct evr__op *op, struct ibv_send_wr *wr, struct ibv_sge *sge)
 {
 	/* Field by field, not a memset of the whole WR: this runs for every
 	 * message.  What an opcode does not use keeps an earlier WR's value
@@ -141,8 +141,9 @@ static void build_wr(const struct evr__op *op, struct ibv_send_wr *wr,
 /* Post the first n ops of the batch as one chain, built in wrs/sges.  The
  * posted ones join the posted FIFO; on failure the rest of the chain stays
  * on the batch and the error is returned. */
-static int post_chain(struct evr__sq *sq, unsigned n, struct ibv_send_wr *wrs,
-		      struct ibv_sge *sges)
+static EVR__ALWAYS_INLINE int post_chain(struct evr__sq *sq, unsigned n,
+					 struct ibv_send_wr *wrs,
+					 struct ibv_sge *sges)
 {
 	struct ibv_send_wr *bad = NULL;
 	struct evr__list *pos = evr__list_first(&sq->batch);
