@@ -7,7 +7,8 @@
 #   bench/instr.sh BUILDDIR OUTDIR [quick]
 #
 # INSTR_TOOLS, if set, names the tools to count (default "evrdma
-# evrdma-call ib_send_lat").
+# evrdma-call ib_send_lat ucx"; ucx: UCX's ucx_perftest -t tag_lat, whose
+# libraries -- libucp, libuct, libucs -- count as "other").
 #
 # Instruction counts do not drift with host load the way times do.  Each
 # side of each tool is counted on its own: that side runs under
@@ -57,7 +58,8 @@ by_object() {
 		if (o ~ /libevrdma\.so/) return "evrdma"
 		if (o ~ /libev\.so/) return "libev"
 		if (o ~ /libc\.so/) return "libc"
-		if (o ~ /(evrdma-perf|ib_send_lat)$/) return "app"
+		if (o ~ /(evrdma-perf|ib_send_lat|ucx_perftest)$/)
+			return "app"
 		return "other"
 	}
 	# object names: "ob=NAME", or compressed "ob=(ID) NAME" the first
@@ -122,6 +124,31 @@ ev_run() {
 	cat "$f.srv" "$f.cli" >> "$LOG"
 }
 
+# UCX's tag-matching ping-pong (ucx_perftest -t tag_lat over rc_verbs,
+# wired up as in guest.sh), SIDE under callgrind: ucx_run SIDE N.
+# (rsockets' rstream is not counted: it busy-polls while it waits, and
+# its counts do not grow with the round trips.)
+ucx_run() {
+	local side=$1 n=$2 f=$CG/ucx-$1-$2 spid i sv=() cv=()
+	local env=(env UCX_TLS=rc_verbs,ud_verbs "UCX_NET_DEVICES=$DEV:1"
+		UCX_IB_GID_INDEX=0)
+	PORT=$((PORT + 1))
+	[ "$side" = server ] && sv=("${VG[@]}" --callgrind-out-file=$f.cg)
+	[ "$side" = client ] && cv=("${VG[@]}" --callgrind-out-file=$f.cg)
+	$PIN_S timeout 900 "${env[@]}" "${sv[@]}" ucx_perftest -p $PORT \
+		> "$f.srv" 2>&1 &
+	spid=$!
+	for i in $(seq 1 120); do
+		sleep 0.5
+		# (until the server, slowed down by callgrind, listens)
+		$PIN_C timeout 900 "${env[@]}" "${cv[@]}" ucx_perftest "$ADDR" \
+			-p $PORT -t tag_lat -s $SIZE -n "$n" > "$f.cli" 2>&1 &&
+			break
+	done
+	wait "$spid"
+	cat "$f.srv" "$f.cli" >> "$LOG"
+}
+
 pt_run() {
 	local side=$1 n=$2 f=$CG/ib_send_lat-$1-$2 spid i sv=() cv=()
 	PORT=$((PORT + 1))
@@ -143,11 +170,12 @@ pt_run() {
 echo "tool,side,n1,n2,total,provider,verbs,evrdma,libev,libc,app,other" \
 	> "$OUT/instr.csv"
 : > "$OUT/instr-top.txt"
-for tool in ${INSTR_TOOLS:-evrdma evrdma-call ib_send_lat}; do
+for tool in ${INSTR_TOOLS:-evrdma evrdma-call ib_send_lat ucx}; do
 	for side in server client; do
 		for n in $N1 $N2; do
 			case $tool in
 			evrdma*) ev_run $tool $side $n ;;
+			ucx) ucx_run $side $n ;;
 			*) pt_run $side $n ;;
 			esac
 		done
