@@ -29,13 +29,13 @@
 #include "verbs.h"
 
 #define EVR__MIN(a, b) ((a) < (b) ? (a) : (b))
+#define EVR__MAX(a, b) ((a) > (b) ? (a) : (b))
+#define EVR__CACHELINE 64
 /* For a static function on every message's path with one or two callers:
  * its own call (saving and restoring registers, passing arguments) costs
  * ten to thirty instructions a message, which GCC's heuristics do not
  * weigh. */
 #define EVR__ALWAYS_INLINE inline __attribute__((always_inline))
-#define EVR__MAX(a, b) ((a) > (b) ? (a) : (b))
-#define EVR__CACHELINE 64
 
 /*
  * Memory the RDMA device writes -- receive buffers, rendezvous read
