@@ -18,6 +18,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -195,39 +196,60 @@ static void test_mt_echo_server(void **state)
 	assert_int_equal(busy, 3);
 }
 
-/* evrdma-perf's CSV row of one measurement: its msgs column (7th), or -1
- * when the command failed or printed no row. */
-static long perf_msgs(const char *args)
+/* Columns of evrdma-perf's last CSV row, found by the header's names:
+ * out[i] the value of names[i], NAN when empty or missing; -1 when the
+ * command failed or printed no row. */
+static int perf_cols(const char *args, const char *const *names, int n,
+		     double *out)
 {
-	char cmd[512], line[512], last[512] = "";
+	char cmd[512], line[1024], head[1024] = "", last[1024] = "";
+	char *hp, *lp, *h, *v;
 	FILE *f;
-	long msgs = -1;
-	int st;
+	int i, st;
 
 	snprintf(cmd, sizeof(cmd),
-		 "timeout 120 tools/evrdma-perf -c %s -p %s --csv %s", rt_addr(),
-		 port_str, args);
+		 "timeout 120 tools/evrdma-perf -c %s -p %s --csv %s",
+		 rt_addr(), port_str, args);
 	fflush(NULL);
 	f = popen(cmd, "r");
 	assert_non_null(f);
 	while (fgets(line, sizeof(line), f))
-		snprintf(last, sizeof(last), "%s", line);
+		snprintf(strncmp(line, "test,", 5) ? last : head, sizeof(last),
+			 "%s", line);
 	st = pclose(f);
-	printf("# %s: %s", args, last);
-	if (st == 0) {
-		/* fields may be empty: step over six commas */
-		const char *p = last;
-		int i;
-
-		for (i = 0; i < 6 && p; i++) {
-			p = strchr(p, ',');
-			if (p)
-				p++;
-		}
-		if (p)
-			msgs = strtol(p, NULL, 10);
+	printf("# %s:\n#   %s#   %s", args, head, last);
+	for (i = 0; i < n; i++)
+		out[i] = NAN;
+	if (st != 0 || !*head || !*last)
+		return -1;
+	head[strcspn(head, "\n")] = last[strcspn(last, "\n")] = '\0';
+	/* fields may be empty: split on each comma, not on runs of them */
+	for (hp = head, lp = last; hp && lp;) {
+		h = hp;
+		v = lp;
+		hp = strchr(hp, ',');
+		lp = strchr(lp, ',');
+		if (hp)
+			*hp++ = '\0';
+		if (lp)
+			*lp++ = '\0';
+		for (i = 0; i < n; i++)
+			if (!strcmp(h, names[i]) && *v)
+				out[i] = strtod(v, NULL);
 	}
-	return msgs;
+	return 0;
+}
+
+/* evrdma-perf's msgs column of one measurement, or -1 when the command
+ * failed or printed no row. */
+static long perf_msgs(const char *args)
+{
+	static const char *const names[] = {"msgs"};
+	double v;
+
+	if (perf_cols(args, names, 1, &v) || isnan(v))
+		return -1;
+	return (long)v;
 }
 
 /* evrdma-perf's threads: a server placing connections on 2 workers (-T),
@@ -327,6 +349,53 @@ static void test_perf_rpc(void **state)
 			 300);
 	assert_int_equal(perf_msgs("-t rpc -S 4k -n 1000 -C 2 -T 2 -m poll"),
 			 2000);
+	kill(s, SIGINT);
+	assert_int_equal(wait_exit(s, 30), 0);
+}
+
+/* evrdma-perf's verbs counters per message (the client's ctx): a small
+ * ping-pong posts one send WR a round trip, in one post, with no credit
+ * update (the reply carries the credits) and about one completion (the
+ * receive; sends are signaled one in 16); a rendezvous round trip takes
+ * at least its request, the read of the echo and that echo's FIN. */
+static void test_perf_counters(void **state)
+{
+	static const char *const names[] = {"msgs",
+					    "posts_per_msg",
+					    "send_wrs_per_msg",
+					    "recv_wrs_per_msg",
+					    "updates_per_msg",
+					    "wcs_per_msg"};
+	char *srv[] = {"tools/evrdma-perf",
+		       "-s",
+		       "-a",
+		       (char *)rt_addr(),
+		       "-p",
+		       port_str,
+		       NULL};
+	double v[6];
+	pid_t s;
+
+	(void)state;
+	pick_ports();
+	s = spawn_server(srv);
+	assert_int_equal(perf_cols("-t lat -S 64 -n 2000 -m poll", names, 6, v),
+			 0);
+	assert_true(v[0] == 2000);
+	assert_true(v[1] >= 1.0 && v[1] <= 1.01);
+	assert_true(v[2] >= 1.0 && v[2] <= 1.01);
+	assert_true(v[3] >= 0.99 && v[3] <= 1.1);
+	assert_true(v[4] <= 0.005);
+	assert_true(v[5] >= 1.0 && v[5] <= 1.2);
+	assert_int_equal(perf_cols("-t lat -S 64k -n 100 -m poll", names, 6, v),
+			 0);
+	assert_true(v[0] == 100);
+	assert_true(v[2] >= 3.0);
+	assert_true(v[5] >= 3.0); /* the FIN, the echo's request, its read */
+	/* not measured for connection tests: empty */
+	assert_int_equal(perf_cols("-t conn -n 20", names, 6, v), 0);
+	assert_true(v[0] == 20);
+	assert_true(isnan(v[1]) && isnan(v[2]) && isnan(v[4]));
 	kill(s, SIGINT);
 	assert_int_equal(wait_exit(s, 30), 0);
 }
@@ -448,16 +517,17 @@ static void test_client_no_server(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test_teardown(test_echo_server, teardown),
-		cmocka_unit_test_teardown(test_mt_echo_server, teardown),
-		cmocka_unit_test_teardown(test_perf_threads, teardown),
-		cmocka_unit_test_teardown(test_epoll_server_lt, teardown),
-		cmocka_unit_test_teardown(test_epoll_server_et, teardown),
-		cmocka_unit_test_teardown(test_client_usage, teardown),
-		cmocka_unit_test_teardown(test_client_no_server, teardown),
-		cmocka_unit_test_teardown(test_rpc, teardown),
-		cmocka_unit_test_teardown(test_rpc_client_refused, teardown),
-		cmocka_unit_test_teardown(test_perf_rpc, teardown),
+	    cmocka_unit_test_teardown(test_echo_server, teardown),
+	    cmocka_unit_test_teardown(test_mt_echo_server, teardown),
+	    cmocka_unit_test_teardown(test_perf_threads, teardown),
+	    cmocka_unit_test_teardown(test_epoll_server_lt, teardown),
+	    cmocka_unit_test_teardown(test_epoll_server_et, teardown),
+	    cmocka_unit_test_teardown(test_client_usage, teardown),
+	    cmocka_unit_test_teardown(test_client_no_server, teardown),
+	    cmocka_unit_test_teardown(test_rpc, teardown),
+	    cmocka_unit_test_teardown(test_rpc_client_refused, teardown),
+	    cmocka_unit_test_teardown(test_perf_rpc, teardown),
+	    cmocka_unit_test_teardown(test_perf_counters, teardown),
 	};
 
 	rt_init(900);
