@@ -357,7 +357,8 @@ static void test_perf_rpc(void **state)
  * ping-pong posts one send WR a round trip, in one post, with no credit
  * update (the reply carries the credits) and about one completion (the
  * receive; sends are signaled one in 16); a rendezvous round trip takes
- * at least its request, the read of the echo and that echo's FIN. */
+ * at least its request, the read of the echo and that echo's FIN, with
+ * the shared receive queue or a queue per connection (EVR_SRQ=off). */
 static void test_perf_counters(void **state)
 {
 	static const char *const names[] = {"msgs",
@@ -381,17 +382,19 @@ static void test_perf_counters(void **state)
 	s = spawn_server(srv);
 	assert_int_equal(perf_cols("-t lat -S 64 -n 2000 -m poll", names, 6, v),
 			 0);
+	/* the counts are the ctx's between the clock's start and stop: a
+	 * WR or two of the round trips at either end may fall outside */
 	assert_true(v[0] == 2000);
-	assert_true(v[1] >= 1.0 && v[1] <= 1.01);
-	assert_true(v[2] >= 1.0 && v[2] <= 1.01);
+	assert_true(v[1] >= 0.995 && v[1] <= 1.01);
+	assert_true(v[2] >= 0.995 && v[2] <= 1.01);
 	assert_true(v[3] >= 0.99 && v[3] <= 1.1);
 	assert_true(v[4] <= 0.005);
-	assert_true(v[5] >= 1.0 && v[5] <= 1.2);
-	assert_int_equal(perf_cols("-t lat -S 64k -n 100 -m poll", names, 6, v),
+	assert_true(v[5] >= 0.995 && v[5] <= 1.2);
+	assert_int_equal(perf_cols("-t lat -S 64k -n 200 -m poll", names, 6, v),
 			 0);
-	assert_true(v[0] == 100);
-	assert_true(v[2] >= 3.0);
-	assert_true(v[5] >= 3.0); /* the FIN, the echo's request, its read */
+	assert_true(v[0] == 200);
+	assert_true(v[2] >= 2.98);
+	assert_true(v[5] >= 2.98); /* the FIN, the echo's request, its read */
 	/* not measured for connection tests: empty */
 	assert_int_equal(perf_cols("-t conn -n 20", names, 6, v), 0);
 	assert_true(v[0] == 20);
