@@ -472,21 +472,9 @@ static int merge_row(struct perf *ps, unsigned nt, size_t k, struct result *r)
 	r->msgs = 0;
 	r->msg_s = r->mb_s = 0;
 	r->switches = r->wakeups = r->skipped = 0;
-	r->posts_msg = r->send_wrs_msg = r->recv_wrs_msg = r->updates_msg =
-	    r->wcs_msg = 0;
 	for (t = 0; t < nt; t++) {
 		const struct result *x = &ps[t].res[k];
-		double m = (double)x->msgs;
 
-		/* per message: each thread's ctx weighed by its messages
-		 * (NAN in conn, made so below) */
-		if (x->msgs && r->test != T_CONN) {
-			r->posts_msg += x->posts_msg * m;
-			r->send_wrs_msg += x->send_wrs_msg * m;
-			r->recv_wrs_msg += x->recv_wrs_msg * m;
-			r->updates_msg += x->updates_msg * m;
-			r->wcs_msg += x->wcs_msg * m;
-		}
 		r->conns += x->conns;
 		r->msgs += x->msgs;
 		r->msg_s += x->msg_s;
@@ -497,16 +485,6 @@ static int merge_row(struct perf *ps, unsigned nt, size_t k, struct result *r)
 		r->wakeups += x->wakeups;
 		r->skipped += x->skipped;
 		n += ps[t].nkeep[k];
-	}
-	if (r->test == T_CONN || !r->msgs) {
-		r->posts_msg = r->send_wrs_msg = r->recv_wrs_msg =
-		    r->updates_msg = r->wcs_msg = NAN;
-	} else {
-		r->posts_msg /= (double)r->msgs;
-		r->send_wrs_msg /= (double)r->msgs;
-		r->recv_wrs_msg /= (double)r->msgs;
-		r->updates_msg /= (double)r->msgs;
-		r->wcs_msg /= (double)r->msgs;
 	}
 	r->cpu_us_msg = r->msg_s > 0 ? r->cpu_pct * 1e4 / r->msg_s : NAN;
 	r->srv_cpu_us_msg = r->msg_s > 0 ? r->srv_cpu_pct * 1e4 / r->msg_s

@@ -72,23 +72,6 @@ void result_fill(struct perf *p, struct result *r)
 	r->cpu_pct = secs > 0 ? (double)(p->cpu1 - p->cpu0) / 1e4 / secs : NAN;
 	r->switches = p->st1.mode_switches - p->st0.mode_switches;
 	r->wakeups = p->st1.wakeups - p->st0.wakeups;
-	r->posts_msg = r->send_wrs_msg = r->recv_wrs_msg = r->updates_msg =
-	    r->wcs_msg = NAN;
-	if (p->o.test != T_CONN && r->msgs) {
-		double n = (double)r->msgs;
-
-		r->posts_msg =
-		    (double)(p->st1.post_send_calls - p->st0.post_send_calls) /
-		    n;
-		r->send_wrs_msg =
-		    (double)(p->st1.send_wrs - p->st0.send_wrs) / n;
-		r->recv_wrs_msg =
-		    (double)(p->st1.recv_wrs - p->st0.recv_wrs) / n;
-		r->updates_msg =
-		    (double)(p->st1.credit_updates - p->st0.credit_updates) / n;
-		r->wcs_msg =
-		    (double)(p->st1.completions - p->st0.completions) / n;
-	}
 	r->skipped = p->o.load == L_LIGHT ? p->skipped : 0;
 	r->srv_cpu_us_msg = r->srv_cpu_pct = NAN;
 	if (p->o.test != T_CONN) {
@@ -141,10 +124,9 @@ static void table_row(const struct result *r)
 }
 
 static const char csv_header[] =
-    "test,mode,load,size,conns,window,msgs,secs,lat_med_us,lat_p99_us,"
-    "lat_p999_us,msg_s,mb_s,cpu_us_per_msg,cpu_pct,srv_cpu_us_per_msg,"
-    "srv_cpu_pct,switches,srv_switches,wakeups,skipped,posts_per_msg,"
-    "send_wrs_per_msg,recv_wrs_per_msg,updates_per_msg,wcs_per_msg";
+	"test,mode,load,size,conns,window,msgs,secs,lat_med_us,lat_p99_us,"
+	"lat_p999_us,msg_s,mb_s,cpu_us_per_msg,cpu_pct,srv_cpu_us_per_msg,"
+	"srv_cpu_pct,switches,srv_switches,wakeups,skipped";
 
 /* CSV and JSON rows share the field order of csv_header. */
 static void data_row(const struct result *r, int json)
@@ -158,11 +140,6 @@ static void data_row(const struct result *r, int json)
 		"lat_med_us", "lat_p99_us", "lat_p999_us", "msg_s", "mb_s",
 		"cpu_us_per_msg", "cpu_pct", "srv_cpu_us_per_msg",
 		"srv_cpu_pct"};
-	double w[] = {r->posts_msg, r->send_wrs_msg, r->recv_wrs_msg,
-		      r->updates_msg, r->wcs_msg};
-	static const char *const wname[] = {"posts_per_msg", "send_wrs_per_msg",
-					    "recv_wrs_per_msg",
-					    "updates_per_msg", "wcs_per_msg"};
 	size_t i;
 
 	if (json)
@@ -193,19 +170,12 @@ static void data_row(const struct result *r, int json)
 	else
 		printf("%llu", (unsigned long long)r->srv_switches);
 	if (json)
-		printf(", \"wakeups\": %llu, \"skipped\": %llu",
+		printf(", \"wakeups\": %llu, \"skipped\": %llu}",
 		       (unsigned long long)r->wakeups,
 		       (unsigned long long)r->skipped);
 	else
-		printf(",%llu,%llu", (unsigned long long)r->wakeups,
+		printf(",%llu,%llu\n", (unsigned long long)r->wakeups,
 		       (unsigned long long)r->skipped);
-	for (i = 0; i < sizeof(w) / sizeof(w[0]); i++) {
-		fputs(sep, stdout);
-		if (json)
-			printf("\"%s\": ", wname[i]);
-		print_num(stdout, w[i], "%.3f", none);
-	}
-	fputs(json ? "}" : "\n", stdout);
 }
 
 void emit_row(const struct perf *p, size_t i)

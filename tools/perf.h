@@ -110,9 +110,6 @@ struct result {
 	double srv_cpu_us_msg, srv_cpu_pct; /* NAN when not known */
 	uint64_t switches, srv_switches, wakeups;
 	uint64_t skipped; /* --load light: pings not sent, the last one out */
-	/* the client ctx's verbs traffic per message (NAN in conn): what the
-	 * protocol costs, independent of time (evr_stats) */
-	double posts_msg, send_wrs_msg, recv_wrs_msg, updates_msg, wcs_msg;
 };
 
 /* ------------------------------------------------------------------------ */

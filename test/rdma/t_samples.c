@@ -208,8 +208,8 @@ static int perf_cols(const char *args, const char *const *names, int n,
 	int i, st;
 
 	snprintf(cmd, sizeof(cmd),
-		 "timeout 120 tools/evrdma-perf -c %s -p %s --csv %s",
-		 rt_addr(), port_str, args);
+		 "timeout 120 tools/evrdma-perf -c %s -p %s --csv %s", rt_addr(),
+		 port_str, args);
 	fflush(NULL);
 	f = popen(cmd, "r");
 	assert_non_null(f);
@@ -361,19 +361,11 @@ static void test_perf_rpc(void **state)
  * the shared receive queue or a queue per connection (EVR_SRQ=off). */
 static void test_perf_counters(void **state)
 {
-	static const char *const names[] = {"msgs",
-					    "posts_per_msg",
-					    "send_wrs_per_msg",
-					    "recv_wrs_per_msg",
-					    "updates_per_msg",
-					    "wcs_per_msg"};
-	char *srv[] = {"tools/evrdma-perf",
-		       "-s",
-		       "-a",
-		       (char *)rt_addr(),
-		       "-p",
-		       port_str,
-		       NULL};
+	static const char *const names[] = {
+		"msgs", "posts_per_msg", "send_wrs_per_msg", "recv_wrs_per_msg",
+		"updates_per_msg", "wcs_per_msg"};
+	char *srv[] = {"tools/evrdma-perf", "-s", "-a", (char *)rt_addr(),
+		       "-p", port_str, NULL};
 	double v[6];
 	pid_t s;
 
@@ -520,17 +512,17 @@ static void test_client_no_server(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-	    cmocka_unit_test_teardown(test_echo_server, teardown),
-	    cmocka_unit_test_teardown(test_mt_echo_server, teardown),
-	    cmocka_unit_test_teardown(test_perf_threads, teardown),
-	    cmocka_unit_test_teardown(test_epoll_server_lt, teardown),
-	    cmocka_unit_test_teardown(test_epoll_server_et, teardown),
-	    cmocka_unit_test_teardown(test_client_usage, teardown),
-	    cmocka_unit_test_teardown(test_client_no_server, teardown),
-	    cmocka_unit_test_teardown(test_rpc, teardown),
-	    cmocka_unit_test_teardown(test_rpc_client_refused, teardown),
-	    cmocka_unit_test_teardown(test_perf_rpc, teardown),
-	    cmocka_unit_test_teardown(test_perf_counters, teardown),
+		cmocka_unit_test_teardown(test_echo_server, teardown),
+		cmocka_unit_test_teardown(test_mt_echo_server, teardown),
+		cmocka_unit_test_teardown(test_perf_threads, teardown),
+		cmocka_unit_test_teardown(test_epoll_server_lt, teardown),
+		cmocka_unit_test_teardown(test_epoll_server_et, teardown),
+		cmocka_unit_test_teardown(test_client_usage, teardown),
+		cmocka_unit_test_teardown(test_client_no_server, teardown),
+		cmocka_unit_test_teardown(test_rpc, teardown),
+		cmocka_unit_test_teardown(test_rpc_client_refused, teardown),
+		cmocka_unit_test_teardown(test_perf_rpc, teardown),
+		cmocka_unit_test_teardown(test_perf_counters, teardown),
 	};
 
 	rt_init(900);
