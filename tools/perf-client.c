@@ -464,17 +464,23 @@ static void *client_thread(void *arg)
 static int merge_row(struct perf *ps, unsigned nt, size_t k, struct result *r)
 {
 	size_t n = 0, at = 0;
-	double *all;
+	double *all, traffic[TR_N];
 	unsigned t;
+	int i;
 
 	*r = ps[0].res[k];
 	r->conns = 0;
 	r->msgs = 0;
 	r->msg_s = r->mb_s = 0;
 	r->switches = r->wakeups = r->skipped = 0;
+	for (i = 0; i < TR_N; i++)
+		traffic[i] = 0;
 	for (t = 0; t < nt; t++) {
 		const struct result *x = &ps[t].res[k];
 
+		/* per message: each thread's ctx weighed by its messages */
+		for (i = 0; i < TR_N && x->msgs; i++)
+			traffic[i] += x->traffic[i] * (double)x->msgs;
 		r->conns += x->conns;
 		r->msgs += x->msgs;
 		r->msg_s += x->msg_s;
@@ -486,6 +492,10 @@ static int merge_row(struct perf *ps, unsigned nt, size_t k, struct result *r)
 		r->skipped += x->skipped;
 		n += ps[t].nkeep[k];
 	}
+	for (i = 0; i < TR_N; i++) /* NAN in conn (as each thread's) */
+		r->traffic[i] = r->test == T_CONN || !r->msgs
+					? NAN
+					: traffic[i] / (double)r->msgs;
 	r->cpu_us_msg = r->msg_s > 0 ? r->cpu_pct * 1e4 / r->msg_s : NAN;
 	r->srv_cpu_us_msg = r->msg_s > 0 ? r->srv_cpu_pct * 1e4 / r->msg_s
 					 : NAN;

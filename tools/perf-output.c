@@ -42,6 +42,23 @@ void lat_figures(double *v, size_t n, struct result *r)
 	r->lat_p999 = pct(v, n, 0.999);
 }
 
+/* r's traffic per message between st0 and st1; NAN without messages. */
+static void traffic_fill(const struct evr_stats *st0,
+			 const struct evr_stats *st1, uint64_t msgs,
+			 struct result *r)
+{
+	const uint64_t d[TR_N] = {
+		[TR_POSTS] = st1->post_send_calls - st0->post_send_calls,
+		[TR_SEND_WRS] = st1->send_wrs - st0->send_wrs,
+		[TR_RECV_WRS] = st1->recv_wrs - st0->recv_wrs,
+		[TR_UPDATES] = st1->credit_updates - st0->credit_updates,
+		[TR_WCS] = st1->completions - st0->completions};
+	int k;
+
+	for (k = 0; k < TR_N; k++)
+		r->traffic[k] = msgs ? (double)d[k] / (double)msgs : NAN;
+}
+
 void result_fill(struct perf *p, struct result *r)
 {
 	double secs = (double)(p->t1 - p->t0) / 1e9;
@@ -72,6 +89,7 @@ void result_fill(struct perf *p, struct result *r)
 	r->cpu_pct = secs > 0 ? (double)(p->cpu1 - p->cpu0) / 1e4 / secs : NAN;
 	r->switches = p->st1.mode_switches - p->st0.mode_switches;
 	r->wakeups = p->st1.wakeups - p->st0.wakeups;
+	traffic_fill(&p->st0, &p->st1, p->o.test == T_CONN ? 0 : r->msgs, r);
 	r->skipped = p->o.load == L_LIGHT ? p->skipped : 0;
 	r->srv_cpu_us_msg = r->srv_cpu_pct = NAN;
 	if (p->o.test != T_CONN) {
@@ -126,7 +144,16 @@ static void table_row(const struct result *r)
 static const char csv_header[] =
 	"test,mode,load,size,conns,window,msgs,secs,lat_med_us,lat_p99_us,"
 	"lat_p999_us,msg_s,mb_s,cpu_us_per_msg,cpu_pct,srv_cpu_us_per_msg,"
-	"srv_cpu_pct,switches,srv_switches,wakeups,skipped";
+	"srv_cpu_pct,switches,srv_switches,wakeups,skipped,posts_per_msg,"
+	"send_wrs_per_msg,recv_wrs_per_msg,updates_per_msg,wcs_per_msg";
+
+/* The CSV and JSON names of struct result's traffic, in csv_header. */
+static const char *const traffic_name[TR_N] = {
+	[TR_POSTS] = "posts_per_msg",
+	[TR_SEND_WRS] = "send_wrs_per_msg",
+	[TR_RECV_WRS] = "recv_wrs_per_msg",
+	[TR_UPDATES] = "updates_per_msg",
+	[TR_WCS] = "wcs_per_msg"};
 
 /* CSV and JSON rows share the field order of csv_header. */
 static void data_row(const struct result *r, int json)
@@ -170,12 +197,19 @@ static void data_row(const struct result *r, int json)
 	else
 		printf("%llu", (unsigned long long)r->srv_switches);
 	if (json)
-		printf(", \"wakeups\": %llu, \"skipped\": %llu}",
+		printf(", \"wakeups\": %llu, \"skipped\": %llu",
 		       (unsigned long long)r->wakeups,
 		       (unsigned long long)r->skipped);
 	else
-		printf(",%llu,%llu\n", (unsigned long long)r->wakeups,
+		printf(",%llu,%llu", (unsigned long long)r->wakeups,
 		       (unsigned long long)r->skipped);
+	for (i = 0; i < TR_N; i++) {
+		fputs(sep, stdout);
+		if (json)
+			printf("\"%s\": ", traffic_name[i]);
+		print_num(stdout, r->traffic[i], "%.3f", none);
+	}
+	fputs(json ? "}" : "\n", stdout);
 }
 
 void emit_row(const struct perf *p, size_t i)

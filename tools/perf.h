@@ -96,6 +96,9 @@ struct opts {
 };
 
 /* One row of output. */
+/* The verbs traffic counted per message (struct result's traffic). */
+enum traffic { TR_POSTS, TR_SEND_WRS, TR_RECV_WRS, TR_UPDATES, TR_WCS, TR_N };
+
 struct result {
 	enum test test;
 	enum load load;
@@ -110,6 +113,10 @@ struct result {
 	double srv_cpu_us_msg, srv_cpu_pct; /* NAN when not known */
 	uint64_t switches, srv_switches, wakeups;
 	uint64_t skipped; /* --load light: pings not sent, the last one out */
+	/* the client ctx's verbs traffic per message (NAN in conn): what the
+	 * protocol costs, independent of time (evr_stats; names: perf-output.c
+	 * traffic_name) */
+	double traffic[TR_N];
 };
 
 /* ------------------------------------------------------------------------ */
