@@ -933,8 +933,8 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	evr_ctx *ctx = c->ctx;
 	/* the sender goes eager up to min(its eager size, ours): the same
 	 * negotiated limit must judge what arrives */
-	struct evr__limits lim = {(uint32_t)eager_limit(c),
-				  ctx->o.max_msg_size, c->rpc_on};
+	struct evr__limits lim = {(uint32_t)eager_limit(c), ctx->o.max_msg_size,
+				  c->rpc_on, false};
 	struct evr__parsed p;
 	const char *why = "?";
 	struct evr__rx *rx;

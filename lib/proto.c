@@ -77,6 +77,15 @@ void evr__call_id_encode(uint8_t *out, uint32_t id)
 	put32(out, id);
 }
 
+/* An RNDV_FIN's body into out; -EPROTO for a status no reader gives. */
+static int fin_decode(const uint8_t *p, struct evr__parsed *out)
+{
+	out->fin = true;
+	out->fin_id = get32(p);
+	out->fin_status = (int32_t)get32(p + 4);
+	return out->fin_status > 0 || out->fin_status < -4095 ? -EPROTO : 0;
+}
+
 #define FAIL(reason)                                                           \
 	do {                                                                   \
 		if (why)                                                       \
@@ -89,6 +98,7 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 {
 	const uint8_t *p = buf;
 	uint32_t call = 0; /* the id's bytes after the header */
+	uint32_t fin = 0;  /* a carried FIN's bytes after them */
 
 	memset(out, 0, sizeof(*out));
 	if (n < EVR_HDR_SIZE)
@@ -97,8 +107,8 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 	out->hdr.flags = p[1];
 	out->hdr.credits = get16(p + 2);
 	out->hdr.len = get32(p + 4);
-	if (out->hdr.flags & ~(EVR_F_WANT | EVR_F_GIVE | EVR_F_CALL |
-			       EVR_F_REPLY))
+	if (out->hdr.flags &
+	    ~(EVR_F_WANT | EVR_F_GIVE | EVR_F_CALL | EVR_F_REPLY | EVR_F_FIN))
 		FAIL("unknown header flags");
 	if ((out->hdr.flags & EVR_F_GIVE) && out->hdr.type != EVR_T_CREDIT)
 		FAIL("give-back flag on a message other than a credit update");
@@ -122,16 +132,29 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 		p += EVR_CALL_ID_SIZE;
 		call = EVR_CALL_ID_SIZE;
 	}
+	if (out->hdr.flags & EVR_F_FIN) {
+		if (!lim->fin)
+			FAIL("carried finish without the extension");
+		if (out->hdr.type != EVR_T_EAGER &&
+		    out->hdr.type != EVR_T_RNDV_REQ)
+			FAIL("carried finish on a message other than data");
+		if (out->hdr.len < call + EVR_RNDV_FIN_SIZE)
+			FAIL("message shorter than its carried finish");
+		fin = EVR_RNDV_FIN_SIZE;
+		if (fin_decode(p, out))
+			FAIL("rendezvous finish with a bad status");
+		p += fin;
+	}
 
 	switch (out->hdr.type) {
 	case EVR_T_EAGER:
 		if (out->hdr.len > lim->max_eager)
 			FAIL("eager payload larger than the receive buffer");
 		out->payload = p;
-		out->plen = out->hdr.len - call;
+		out->plen = out->hdr.len - call - fin;
 		return 0;
 	case EVR_T_RNDV_REQ:
-		if (out->hdr.len != call + EVR_RNDV_REQ_SIZE)
+		if (out->hdr.len != call + fin + EVR_RNDV_REQ_SIZE)
 			FAIL("rendezvous request of the wrong size");
 		out->rndv.addr = get64(p);
 		out->rndv.len = get64(p + 8);
@@ -150,9 +173,7 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 			FAIL("window flag on a rendezvous finish");
 		if (out->hdr.len != EVR_RNDV_FIN_SIZE)
 			FAIL("rendezvous finish of the wrong size");
-		out->fin_id = get32(p);
-		out->fin_status = (int32_t)get32(p + 4);
-		if (out->fin_status > 0 || out->fin_status < -4095)
+		if (fin_decode(p, out))
 			FAIL("rendezvous finish with a bad status");
 		return 0;
 	case EVR_T_CREDIT:
@@ -226,6 +247,11 @@ int evr__hs_decode(const void *buf, size_t n, struct evr__hs *out,
 		FAIL("unknown handshake kind");
 	out->user_len = p[6];
 	out->features = p[7];
+	/* a request may offer extensions newer than this side, which it
+	 * then does not agree to; a reply carries only what was offered,
+	 * so there an unknown bit is an error */
+	if (out->kind == EVR_HS_REQ)
+		out->features &= EVR_HS_F_ALL;
 	if (out->features & ~EVR_HS_F_ALL)
 		FAIL("unknown handshake feature bits");
 	if (out->user_len > EVR_HS_USER_MAX)

@@ -68,6 +68,18 @@ enum evr__msg_type {
 #define EVR_F_CALL 0x04u
 #define EVR_F_REPLY 0x08u
 
+/*
+ * A FIN carried by a data message, only between peers whose handshakes
+ * both carried EVR_HS_F_FIN.  EVR_F_FIN on a data message (EAGER,
+ * RNDV_REQ) says an RNDV_FIN's body (id u32 | status u32) follows the
+ * header and a call's id, and the header's len counts it: the message is
+ * that FIN and then the data message, in that order, on one receive.  An
+ * eager payload is then len - 8 bytes (less a call's id), and the FIN's
+ * 8 bytes count towards max_eager; whether a message goes eager or by
+ * rendezvous does not depend on them.
+ */
+#define EVR_F_FIN 0x10u
+
 struct evr__hdr {
 	uint8_t type;
 	uint8_t flags;
@@ -87,6 +99,7 @@ struct evr__limits {
 	uint32_t max_eager; /* largest eager payload (my receive buffers) */
 	uint64_t max_msg;   /* largest message, eager or rendezvous */
 	bool calls;	    /* both handshakes carried EVR_HS_F_CALLS */
+	bool fin;	    /* both handshakes carried EVR_HS_F_FIN */
 };
 
 /* A decoded, validated message. */
@@ -96,8 +109,9 @@ struct evr__parsed {
 	uint32_t plen;		/* EAGER: its bytes */
 	uint32_t call_id;	/* EVR_F_CALL, EVR_F_REPLY, CANCEL: not 0 */
 	struct evr__rndv_req rndv; /* RNDV_REQ */
-	uint32_t fin_id;	   /* RNDV_FIN */
-	int32_t fin_status;	   /* RNDV_FIN: 0 or -errno of the reader */
+	bool fin;		   /* RNDV_FIN, or EVR_F_FIN on data */
+	uint32_t fin_id;	   /* then: the rendezvous read */
+	int32_t fin_status;	   /* then: 0 or -errno of the reader */
 	uint32_t give;		   /* CREDIT with EVR_F_GIVE: credits back */
 };
 
@@ -130,7 +144,11 @@ enum evr__hs_kind { EVR_HS_REQ = 1, EVR_HS_REP = 2, EVR_HS_REJ = 3 };
  * request offers its own; a reply carries those of the request's it
  * speaks too (evr__hs_reply_features()), never another, since older
  * parsers reject a non-zero byte there; a reject carries none.  An
- * extension is in use when the reply carries it.
+ * extension is in use when the reply carries it.  The decoder drops the
+ * bits of a request it does not know (a newer peer's offers: not agreed
+ * to), and fails a reply or reject with any.  Parsers before
+ * EVR_HS_F_FIN failed a request with unknown bits too, so they refuse a
+ * request offering EVR_HS_F_FIN (the connect fails, -ECONNREFUSED).
  *
  * init_window is the number of credits I lend you now, when I lend out of
  * a shared receive queue: at least evr__bank_min_window(recv_depth), at
@@ -180,7 +198,8 @@ static inline bool evr__hs_windowed(const struct evr__hs *peer)
 }
 
 #define EVR_HS_F_CALLS 0x01u /* calls: EVR_F_CALL, EVR_F_REPLY, CANCEL */
-#define EVR_HS_F_ALL EVR_HS_F_CALLS
+#define EVR_HS_F_FIN   0x02u /* EVR_F_FIN: a FIN carried by data */
+#define EVR_HS_F_ALL   (EVR_HS_F_CALLS | EVR_HS_F_FIN)
 
 /* The features a reply to req carries when this side speaks `mine`. */
 static inline uint8_t evr__hs_reply_features(const struct evr__hs *req,

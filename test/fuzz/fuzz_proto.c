@@ -34,6 +34,10 @@ static size_t encode_msg(uint8_t *buf, const struct evr__parsed *m)
 		evr__call_id_encode(buf + at, m->call_id);
 		at += EVR_CALL_ID_SIZE;
 	}
+	if (m->hdr.flags & EVR_F_FIN) {
+		evr__rndv_fin_encode(buf + at, m->fin_id, m->fin_status);
+		at += EVR_RNDV_FIN_SIZE;
+	}
 	switch (m->hdr.type) {
 	case EVR_T_EAGER:
 		memcpy(buf + at, m->payload, m->plen);
@@ -62,11 +66,12 @@ static size_t encode_msg(uint8_t *buf, const struct evr__parsed *m)
 
 static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 {
-	/* bits 0-2: eager size; 3-5: largest message; 6: calls */
+	/* bits 0-2: eager size; 3-5: largest message; 6: calls and
+	 * carried FINs */
 	struct evr__limits lim = {64u << (sel & 7),
 				  1ull << (10 + ((sel >> 3) & 7)),
-				  (sel & 0x40) != 0};
-	uint32_t call;
+				  (sel & 0x40) != 0, (sel & 0x40) != 0};
+	uint32_t call, fin;
 	struct evr__parsed m, m2;
 	static uint8_t buf[EVR_HDR_SIZE + (64u << 7)];
 	const char *why = NULL;
@@ -89,9 +94,21 @@ static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 		abort();
 	if (!call && m.hdr.type != EVR_T_CANCEL && m.call_id)
 		abort();
+	/* a carried FIN: only with the extension, on data, after the id;
+	 * a FIN of its own otherwise, or none */
+	fin = m.hdr.flags & EVR_F_FIN ? EVR_RNDV_FIN_SIZE : 0;
+	if (fin && (!lim.fin || !m.fin ||
+		    (m.hdr.type != EVR_T_EAGER && m.hdr.type != EVR_T_RNDV_REQ)))
+		abort();
+	if (m.fin != (fin || m.hdr.type == EVR_T_RNDV_FIN) ||
+	    (m.fin && (m.fin_status > 0 || m.fin_status < -4095)))
+		abort();
 	if (m.hdr.type == EVR_T_EAGER &&
-	    (m.payload != p + EVR_HDR_SIZE + call ||
-	     m.plen != m.hdr.len - call || m.hdr.len > lim.max_eager))
+	    (m.payload != p + EVR_HDR_SIZE + call + fin ||
+	     m.plen != m.hdr.len - call - fin || m.hdr.len > lim.max_eager))
+		abort();
+	if (m.hdr.type == EVR_T_RNDV_REQ &&
+	    m.hdr.len != call + fin + EVR_RNDV_REQ_SIZE)
 		abort();
 	if (m.hdr.type == EVR_T_RNDV_REQ &&
 	    (m.rndv.len > lim.max_msg || m.rndv.len <= lim.max_eager - call))
@@ -99,7 +116,7 @@ static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 	/* EVR_F_WANT on data messages and credit updates; EVR_F_GIVE on
 	 * credit updates only, with its count in range; never both */
 	if ((m.hdr.flags & ~(EVR_F_WANT | EVR_F_GIVE | EVR_F_CALL |
-			     EVR_F_REPLY)) ||
+			     EVR_F_REPLY | EVR_F_FIN)) ||
 	    m.hdr.flags == (EVR_F_WANT | EVR_F_GIVE) ||
 	    ((m.hdr.flags & EVR_F_WANT) && m.hdr.type != EVR_T_EAGER &&
 	     m.hdr.type != EVR_T_RNDV_REQ && m.hdr.type != EVR_T_CREDIT) ||
@@ -114,7 +131,8 @@ static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 	if (evr__msg_parse(buf, n, &lim, &m2, &why) ||
 	    memcmp(&m.hdr, &m2.hdr, sizeof(m.hdr)) ||
 	    memcmp(&m.rndv, &m2.rndv, sizeof(m.rndv)) ||
-	    m.fin_id != m2.fin_id || m.fin_status != m2.fin_status ||
+	    m.fin != m2.fin || m.fin_id != m2.fin_id ||
+	    m.fin_status != m2.fin_status ||
 	    m.give != m2.give || m.call_id != m2.call_id || m.plen != m2.plen)
 		abort();
 }
@@ -141,8 +159,11 @@ static void check_hs(const uint8_t *p, size_t n)
 	     hs.init_window < evr__bank_min_window(hs.recv_depth)))
 		abort();
 	len = evr__hs_encode(buf, &hs);
-	/* the bytes received up to the encoded length, exactly */
-	if (len > EVR_HS_MAX || len > n || memcmp(buf, p, len))
+	/* the bytes received up to the encoded length, exactly, but for
+	 * a request's feature bits this side does not know (dropped) */
+	if (len > EVR_HS_MAX || len > n || memcmp(buf, p, 7) ||
+	    buf[7] != (hs.kind == EVR_HS_REQ ? p[7] & EVR_HS_F_ALL : p[7]) ||
+	    memcmp(buf + 8, p + 8, len - 8))
 		abort();
 	if (evr__hs_decode(buf, len, &hs2, &why) ||
 	    memcmp(&hs, &hs2, sizeof(hs)))

@@ -365,7 +365,7 @@ void peer_accept(struct peer *p)
 
 bool peer_next(struct peer *p, struct peer_frame *f)
 {
-	struct evr__limits lim = {p->max_eager, p->max_msg, p->calls};
+	struct evr__limits lim = {p->max_eager, p->max_msg, p->calls, false};
 	const char *why;
 
 	for (; p->seen < mock_wrs.nsend; p->seen++) {

@@ -386,7 +386,7 @@ static void test_msg_short(void **state)
 /* The limits are the receiver's: a smaller max_eager rejects more. */
 static void test_msg_limits_are_the_callers(void **state)
 {
-	const struct evr__limits small = {64, 4096, false};
+	const struct evr__limits small = {64, 4096, false, false};
 	static const struct bad_msg cases[] = {
 	    {"eager 65", EVR_T_EAGER, 0, 65, 65, 0, 0, 0},
 	    {"rndv 64", EVR_T_RNDV_REQ, 0, 24, 24, 0x1000, 64, 0},
@@ -501,9 +501,10 @@ static void test_want_only_on_data(void **state)
 			n = build_msg(buf, &m);
 			assert_int_equal(parse_exact(buf, n, &lim, &p, &why),
 					 -EPROTO);
-			/* the call flags (0x04, 0x08) are known, and
-			 * refused without their extension */
-			if (f & ~0x0fu)
+			/* the call flags (0x04, 0x08) and the carried FIN's
+			 * (0x10) are known, and refused without their
+			 * extensions */
+			if (f & ~0x1fu)
 				assert_string_equal(why,
 						    "unknown header flags");
 		}
@@ -769,7 +770,6 @@ static const struct bad_hs bad_hss[] = {
     {"user_len 33", 6, 1, 33, 25},
     {"user_len 255", 6, 1, 255, 300 - 32},
     {"user data truncated", 6, 1, 9, 0},
-    {"unknown feature bit", 7, 1, 2, 0},
     {"init window 1", 10, 2, 1, 0},
     {"init window 3", 10, 2, EVR_HS_MIN_DEPTH - 1, 0},
     {"init window 0x8000 (depth 64)", 11, 1, 0x80, 0},
@@ -956,13 +956,29 @@ static void test_hs_reject_and_reserved(void **state)
 		n = evr__hs_encode(buf, &hs);
 		assert_int_equal(buf[7], 0);
 		assert_int_equal(hs_decode_exact(buf, n, &out, &why), 0);
-		/* the features byte: known bits only, none on a reject */
-		buf[7] = 0x02;
-		assert_int_equal(hs_decode_exact(buf, n, &out, &why), -EPROTO);
-		assert_string_equal(why, "unknown handshake feature bits");
-		buf[7] = 0x80;
-		assert_int_equal(hs_decode_exact(buf, n, &out, &why), -EPROTO);
-		assert_string_equal(why, "unknown handshake feature bits");
+		/* the features byte: known bits only, none on a reject;
+		 * a request's unknown bits are dropped (a newer peer's
+		 * offers) */
+		buf[7] = 0x04;
+		if (kinds[i] == EVR_HS_REQ) {
+			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
+					 0);
+			assert_int_equal(out.features, 0);
+			buf[7] = 0x80 | EVR_HS_F_FIN;
+			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
+					 0);
+			assert_int_equal(out.features, EVR_HS_F_FIN);
+		} else {
+			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
+					 -EPROTO);
+			assert_string_equal(why,
+					    "unknown handshake feature bits");
+			buf[7] = 0x80;
+			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
+					 -EPROTO);
+			assert_string_equal(why,
+					    "unknown handshake feature bits");
+		}
 		buf[7] = EVR_HS_F_CALLS;
 		if (kinds[i] == EVR_HS_REJ) {
 			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
@@ -1180,9 +1196,124 @@ static void test_call_rejects(void **state)
 	evr__call_id_encode(buf + EVR_HDR_SIZE, 0);
 	expect_proto(buf, EVR_HDR_SIZE + 4, &lim_calls, "call id 0");
 	/* an unknown flag is still unknown */
-	h = (struct evr__hdr){EVR_T_EAGER, 0x10, 0, 0};
+	h = (struct evr__hdr){EVR_T_EAGER, 0x20, 0, 0};
 	evr__hdr_encode(buf, &h);
 	expect_proto(buf, EVR_HDR_SIZE, &lim_calls, "unknown header flags");
+}
+
+/* ---- FINs carried by data (EVR_F_FIN) ---- */
+
+static const struct evr__limits lim_fin = {
+    .max_eager = 8192,
+    .max_msg = 1ull << 40,
+    .calls = true,
+    .fin = true,
+};
+
+/* A data message with flags | EVR_F_FIN: [call id] FIN(fid, st) body;
+ * returns its size. */
+static size_t fin_msg(uint8_t *buf, uint8_t type, uint8_t flags,
+		      uint32_t cid, uint32_t fid, int32_t st, const void *body,
+		      size_t blen)
+{
+	uint32_t idlen = (flags & (EVR_F_CALL | EVR_F_REPLY)) ? 4 : 0;
+	struct evr__hdr h = {type, (uint8_t)(flags | EVR_F_FIN), 3,
+			     (uint32_t)(idlen + EVR_RNDV_FIN_SIZE + blen)};
+
+	evr__hdr_encode(buf, &h);
+	if (idlen)
+		evr__call_id_encode(buf + EVR_HDR_SIZE, cid);
+	evr__rndv_fin_encode(buf + EVR_HDR_SIZE + idlen, fid, st);
+	if (blen)
+		memmove(buf + EVR_HDR_SIZE + idlen + EVR_RNDV_FIN_SIZE, body,
+			blen);
+	return EVR_HDR_SIZE + h.len;
+}
+
+static void test_fin_carried(void **state)
+{
+	static uint8_t big[8192];
+	uint8_t buf[EVR_HDR_SIZE + 8200], rb[EVR_RNDV_REQ_SIZE];
+	struct evr__rndv_req r = {0x7f0000001000ull, 9000, 0x1234, 77};
+	struct evr__parsed p;
+	const char *why = NULL;
+	size_t n;
+
+	(void)state;
+	/* eager: the FIN, then the payload */
+	n = fin_msg(buf, EVR_T_EAGER, 0, 0, 5, -EIO, "abc", 3);
+	assert_int_equal(parse_exact(buf, n, &lim_fin, &p, &why), 0);
+	assert_true(p.fin);
+	assert_int_equal(p.fin_id, 5);
+	assert_int_equal(p.fin_status, -EIO);
+	assert_int_equal(p.plen, 3);
+	assert_memory_equal(p.payload, "abc", 3);
+	assert_int_equal(p.hdr.credits, 3);
+	/* a call's id first; an empty payload */
+	n = fin_msg(buf, EVR_T_EAGER, EVR_F_CALL | EVR_F_WANT, 9, 6, 0, NULL,
+		    0);
+	assert_int_equal(parse_exact(buf, n, &lim_fin, &p, &why), 0);
+	assert_int_equal(p.call_id, 9);
+	assert_true(p.fin);
+	assert_int_equal(p.fin_id, 6);
+	assert_int_equal(p.plen, 0);
+	/* the FIN counts against the receive buffer */
+	n = fin_msg(buf, EVR_T_EAGER, 0, 0, 1, 0, big, 8184);
+	assert_int_equal(parse_exact(buf, n, &lim_fin, &p, &why), 0);
+	assert_int_equal(p.plen, 8184);
+	n = fin_msg(buf, EVR_T_EAGER, 0, 0, 1, 0, big, 8185);
+	expect_proto(buf, n, &lim_fin,
+		     "eager payload larger than the receive buffer");
+	/* a rendezvous request: the FIN, then the request */
+	evr__rndv_req_encode(rb, &r);
+	n = fin_msg(buf, EVR_T_RNDV_REQ, 0, 0, 7, 0, rb, sizeof(rb));
+	assert_int_equal(parse_exact(buf, n, &lim_fin, &p, &why), 0);
+	assert_true(p.fin);
+	assert_int_equal(p.fin_id, 7);
+	assert_int_equal(p.rndv.len, 9000);
+	assert_int_equal(p.rndv.id, 77);
+	assert_int_equal(p.rndv.rkey, 0x1234);
+	n = fin_msg(buf, EVR_T_RNDV_REQ, EVR_F_REPLY, 4, 8, 0, rb,
+		    sizeof(rb));
+	assert_int_equal(parse_exact(buf, n, &lim_fin, &p, &why), 0);
+	assert_int_equal(p.call_id, 4);
+	assert_int_equal(p.fin_id, 8);
+	assert_int_equal(p.rndv.id, 77);
+	/* the FIN does not make a rendezvous of what would fit eager */
+	r.len = 8192;
+	evr__rndv_req_encode(rb, &r);
+	n = fin_msg(buf, EVR_T_RNDV_REQ, 0, 0, 7, 0, rb, sizeof(rb));
+	expect_proto(buf, n, &lim_fin,
+		     "rendezvous length small enough to be eager");
+	n = fin_msg(buf, EVR_T_RNDV_REQ, 0, 0, 7, 0, rb, sizeof(rb) - 1);
+	expect_proto(buf, n, &lim_fin, "rendezvous request of the wrong size");
+
+	/* not agreed; not on control messages */
+	n = fin_msg(buf, EVR_T_EAGER, 0, 0, 5, 0, "abc", 3);
+	expect_proto(buf, n, &lim_calls,
+		     "carried finish without the extension");
+	n = fin_msg(buf, EVR_T_CREDIT, 0, 0, 5, 0, NULL, 0);
+	expect_proto(buf, n, &lim_fin,
+		     "carried finish on a message other than data");
+	n = fin_msg(buf, EVR_T_RNDV_FIN, 0, 0, 5, 0, NULL, 0);
+	expect_proto(buf, n, &lim_fin,
+		     "carried finish on a message other than data");
+	n = fin_msg(buf, EVR_T_BYE, 0, 0, 5, 0, NULL, 0);
+	expect_proto(buf, n, &lim_fin,
+		     "carried finish on a message other than data");
+	/* too short for it; a status no reader gives */
+	n = fin_msg(buf, EVR_T_EAGER, 0, 0, 5, 0, NULL, 0);
+	buf[4] = EVR_RNDV_FIN_SIZE - 1;
+	expect_proto(buf, n - 1, &lim_fin,
+		     "message shorter than its carried finish");
+	n = fin_msg(buf, EVR_T_EAGER, EVR_F_CALL, 2, 5, 0, NULL, 0);
+	buf[4] = EVR_CALL_ID_SIZE + EVR_RNDV_FIN_SIZE - 1;
+	expect_proto(buf, n - 1, &lim_fin,
+		     "message shorter than its carried finish");
+	n = fin_msg(buf, EVR_T_EAGER, 0, 0, 5, 1, "abc", 3);
+	expect_proto(buf, n, &lim_fin, "rendezvous finish with a bad status");
+	n = fin_msg(buf, EVR_T_EAGER, 0, 0, 5, -4096, "abc", 3);
+	expect_proto(buf, n, &lim_fin, "rendezvous finish with a bad status");
 }
 
 /*
@@ -1330,6 +1461,7 @@ int main(void)
 	    cmocka_unit_test(test_hs_features),
 	    cmocka_unit_test(test_call_roundtrip),
 	    cmocka_unit_test(test_call_rejects),
+	    cmocka_unit_test(test_fin_carried),
 	    cmocka_unit_test(test_hs_old_peer),
 	    cmocka_unit_test(test_rkey_layout),
 	};
