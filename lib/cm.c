@@ -230,7 +230,7 @@ static void on_route_resolved(evr_conn *c)
 	}
 	evr__conn_fill_hs(c, &hs);
 	hs.kind = EVR_HS_REQ;
-	hs.features = EVR__FEATURES;
+	hs.features = evr__features(c->ctx);
 	hs.user_len = (uint8_t)c->ulen;
 	memcpy(hs.user, c->udata, c->ulen);
 	n = evr__hs_encode(buf, &hs);
@@ -284,7 +284,8 @@ static void on_established(evr_conn *c, const struct cm_ev *e)
 		if (evr__hs_decode(e->pd, e->pdlen, &hs, &why) == 0) {
 			if (hs.kind != EVR_HS_REP)
 				why = "not a reply";
-			else if (!evr__hs_features_ok(EVR__FEATURES, &hs))
+			else if (!evr__hs_features_ok(evr__features(c->ctx),
+						      &hs))
 				why = "a feature the request did not offer";
 		}
 		if (why) {
@@ -294,6 +295,7 @@ static void on_established(evr_conn *c, const struct cm_ev *e)
 		}
 		evr__conn_set_peer(c, &hs);
 		c->rpc_on = (hs.features & EVR_HS_F_CALLS) != 0;
+		c->fin_on = (hs.features & EVR_HS_F_FIN) != 0;
 	}
 	evr__conn_established(c);
 }
@@ -540,6 +542,7 @@ static int accept_req(evr_conn_req *req, const struct evr_conn_opts *opts,
 	struct evr__hs hs;
 	evr_ctx *ctx = req->ctx;
 	evr_conn *c;
+	uint8_t mine;
 	size_t n;
 	int err;
 
@@ -556,9 +559,12 @@ static int accept_req(evr_conn_req *req, const struct evr_conn_opts *opts,
 	evr__conn_fill_hs(c, &hs);
 	hs.kind = EVR_HS_REP;
 	/* calls: agreed to when this side serves them */
-	hs.features = evr__hs_reply_features(
-		&req->hs, opts->on_request ? EVR__FEATURES : 0);
+	mine = evr__features(ctx);
+	if (!opts->on_request)
+		mine &= (uint8_t)~EVR_HS_F_CALLS;
+	hs.features = evr__hs_reply_features(&req->hs, mine);
 	c->rpc_on = (hs.features & EVR_HS_F_CALLS) != 0;
+	c->fin_on = (hs.features & EVR_HS_F_FIN) != 0;
 	n = evr__hs_encode(buf, &hs);
 	conn_param(ctx, &p, buf, n);
 	p.responder_resources = (uint8_t)EVR__MIN(

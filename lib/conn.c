@@ -625,7 +625,8 @@ static void seal_complete(struct evr__op *op, int status)
 	evr__op_free(op->h.conn->ctx, op);
 }
 
-static const struct evr__op_class seal_class = {seal_complete, NULL, NULL};
+static const struct evr__op_class seal_class = {seal_complete, NULL, NULL,
+						NULL};
 
 /*
  * The QP is in the error state: every WR still posted comes back flushed,
@@ -968,7 +969,7 @@ static int ctrl_prepare(evr_conn *c, struct evr__op *op)
 }
 
 static const struct evr__op_class ctrl_class = {ctrl_complete, ctrl_prepare,
-					       NULL};
+						NULL, NULL};
 
 /* A control message of c (EVR_T_CREDIT, _RNDV_FIN, _BYE): it takes a
  * credit and may take the last one.  NULL when out of memory. */
@@ -1118,7 +1119,8 @@ static void probe_complete(struct evr__op *op, int status)
 	evr__op_free(op->h.conn->ctx, op);
 }
 
-static const struct evr__op_class probe_class = {probe_complete, NULL, NULL};
+static const struct evr__op_class probe_class = {probe_complete, NULL, NULL,
+						 NULL};
 
 static void on_keepalive(struct evr__timer *t)
 {
@@ -1297,6 +1299,70 @@ static void due_fire(evr_conn *c, struct due *d, int err)
 
 static EVR__ALWAYS_INLINE void flush_ops(evr_conn *c);
 
+/* A control message, read or probe into the batch, its credit taken. */
+static void ctrl_add(evr_conn *c, struct evr__op *op)
+{
+	int err = take_and_prepare(c, op, true);
+
+	if (err) {
+		evr__op_complete(op, err);
+		return;
+	}
+	/* a read or a probe awaits its completion (loop.c's spin); a credit
+	 * update, a FIN, a BYE, nothing */
+	if (op->kind != EVR_OP_CTRL)
+		c->ctx->answer_posts++;
+	evr__sq_add(&c->sq, op);
+}
+
+static bool is_fin(const struct evr__op *op)
+{
+	return op->kind == EVR_OP_CTRL && op->ctrl_type == EVR_T_RNDV_FIN;
+}
+
+/* The FINs at the end of the control queue, the first of them: the data
+ * messages queued behind may carry them (EVR_F_FIN), when the peer agreed
+ * -- one fewer message, receive and completion on each side for each.
+ * NULL when none. */
+static struct evr__op *fins_to_carry(evr_conn *c)
+{
+	struct evr__list *pos;
+	struct evr__op *first = NULL;
+
+	if (!c->fin_on || evr__list_empty(&c->sendq))
+		return NULL;
+	for (pos = c->ctrlq.prev; pos != &c->ctrlq; pos = pos->prev) {
+		struct evr__op *op =
+		    evr__list_entry(pos, struct evr__op, h.link);
+
+		if (!is_fin(op))
+			break;
+		first = op;
+	}
+	return first;
+}
+
+/* The run's next FIN: the op at after, NULL at the queue's end. */
+static struct evr__op *run_next(evr_conn *c, struct evr__list *after)
+{
+	return after == &c->ctrlq
+		   ? NULL
+		   : evr__list_entry(after, struct evr__op, h.link);
+}
+
+/* The run's first FIN goes alone, if a credit and a slot allow. */
+static bool fin_alone(evr_conn *c, struct evr__op **run)
+{
+	struct evr__op *fin = *run;
+
+	if (!evr__credit_can(&c->cr, true) || evr__sq_room(&c->sq) == 0)
+		return false;
+	*run = run_next(c, fin->h.link.next);
+	evr__list_del(&fin->h.link);
+	ctrl_add(c, fin);
+	return true;
+}
+
 /*
  * Post what can be posted: receives first (they are what the credits we
  * return stand for), then control messages and rendezvous reads, then the
@@ -1338,13 +1404,14 @@ static EVR__ALWAYS_INLINE void flush_ops(evr_conn *c)
 {
 	evr_ctx *ctx = c->ctx;
 	struct evr__list *pos, *next;
-	struct evr__op *op;
+	struct evr__op *op, *run; /* FINs the messages may carry, in order */
 	struct due due;
 	int err;
 
 	if (!evr__conn_can_post(c) || !evr__conn_up(c))
 		return;
 	due.n = 0;
+	run = fins_to_carry(c);
 
 	/* Control messages in order; rendezvous reads and keepalive probes
 	 * take no credit and go past one that waits for a credit: the
@@ -1356,22 +1423,25 @@ static EVR__ALWAYS_INLINE void flush_ops(evr_conn *c)
 	     pos = next) {
 		next = pos->next;
 		op = evr__list_entry(pos, struct evr__op, h.link);
+		if (op == run)
+			break; /* the rest waits for the data messages */
 		if (op->credit && !evr__credit_can(&c->cr, true))
 			continue;
 		evr__list_del(&op->h.link);
-		err = take_and_prepare(c, op, true);
-		if (err) {
-			evr__op_complete(op, err);
-			continue;
-		}
-		/* a read or a probe awaits its completion (loop.c's spin);
-		 * a credit update, a FIN, a BYE, nothing */
-		if (op->kind != EVR_OP_CTRL)
-			ctx->answer_posts++;
-		evr__sq_add(&c->sq, op);
+		ctrl_add(c, op);
 	}
+	/* The user's ops in order, the first FIN of the run in each message
+	 * that can carry one; before one that cannot, the rest of the run
+	 * goes alone, as without the extension.  FINs keep their order. */
 	while ((op = evr__list_first_entry(&c->sendq, struct evr__op, h.link)) &&
 	       evr__sq_room(&c->sq) > 0) {
+		struct evr__list *after = NULL;
+
+		if (run && !(op->cls->carry && op->cls->carry(c, op))) {
+			if (!fin_alone(c, &run))
+				break; /* no credit for it: none for data */
+			continue;
+		}
 		if (op->credit && !evr__credit_can(&c->cr, false))
 			break;
 		if (op->cls->wrs && evr__sq_room(&c->sq) < EVR__OP_WRS_MAX &&
@@ -1383,7 +1453,19 @@ static EVR__ALWAYS_INLINE void flush_ops(evr_conn *c)
 			c->sent_data = true; /* not idle (on_idle) */
 		}
 		evr__op_unqueue(c, op);
+		if (run) {
+			after = run->h.link.next;
+			evr__list_del(&run->h.link);
+			c->fin_carry = run;
+		}
 		err = take_and_prepare(c, op, false);
+		if (run && !c->fin_carry) { /* in the message: done */
+			evr__op_free(ctx, run);
+			run = run_next(c, after);
+		} else if (run) { /* not built: back in its place */
+			c->fin_carry = NULL;
+			evr__list_add_tail(after, &run->h.link);
+		}
 		if (err) {
 			evr__op_complete(op, err);
 			continue;
@@ -1403,6 +1485,9 @@ static EVR__ALWAYS_INLINE void flush_ops(evr_conn *c)
 				return;
 		}
 	}
+	/* FINs no message carried: alone, as they would have gone */
+	while (run && fin_alone(c, &run))
+		;
 	if (c->gave_back)
 		idle_ask(c);
 	if ((evr__credit_need_update(&c->cr) ||

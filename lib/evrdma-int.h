@@ -181,16 +181,21 @@ struct evr__wr {
  *             included (1 when NULL, never more than EVR__OP_WRS_MAX);
  *             the flush waits for that many, and asks only when fewer
  *             than EVR__OP_WRS_MAX are free.
+ *   carry     optional: can the op carry a FIN (EVR_F_FIN, proto.h)?  If
+ *             so, the flush may set c->fin_carry before prepare, which
+ *             then writes that FIN into the message and clears it.
  */
 #define EVR__OP_WRS_MAX 2 /* a rendezvous request and its window's bind */
 typedef void (*evr__op_complete_fn)(struct evr__op *op, int status);
 typedef int (*evr__op_prepare_fn)(evr_conn *c, struct evr__op *op);
 typedef unsigned (*evr__op_wrs_fn)(const evr_conn *c,
 				   const struct evr__op *op);
+typedef bool (*evr__op_carry_fn)(const evr_conn *c, const struct evr__op *op);
 struct evr__op_class {
 	evr__op_complete_fn complete;
 	evr__op_prepare_fn prepare;
 	evr__op_wrs_fn wrs;
+	evr__op_carry_fn carry;
 };
 
 /*
@@ -682,6 +687,10 @@ struct evr_conn {
 	uint16_t req_window; /* accepting: the request's init_window */
 	/* calls (rpc.c) */
 	bool rpc_on;	/* both handshakes agreed to calls */
+	/* both handshakes agreed to EVR_F_FIN; fin_carry: the FIN the
+	 * message being built carries (flush_ops), then NULL */
+	bool fin_on;
+	struct evr__op *fin_carry;
 	bool rpc_over;	/* evr_call said -ENOBUFS: on_drain when one ends */
 	struct evr__calltab rpc_tab; /* calls in flight; no slots until the
 				      * first call */
@@ -778,6 +787,7 @@ struct evr__tune {
 	 * EVR_RNDV_WINDOW (inside: windows inside larger registrations
 	 * even where the device does not bound them -- to test that path) */
 	enum evr_rndv_access mw;
+	bool fin_alone; /* EVR_FIN=alone: no FIN rides on data (proto.h) */
 };
 
 /* ---- the doors between threads (thread.c) ---- */
@@ -925,7 +935,14 @@ struct evr_ctx {
  * connect request offers them, a reply agrees to those of them the request
  * offered, and a reply agreeing to more is a protocol error.  Calls are
  * agreed to by an accepting side whose opts have on_request (cm.c). */
-#define EVR__FEATURES EVR_HS_F_CALLS
+#define EVR__FEATURES (EVR_HS_F_CALLS | EVR_HS_F_FIN)
+
+/* Those a ctx offers: all but a carried FIN with EVR_FIN=alone. */
+static inline uint8_t evr__features(const evr_ctx *ctx)
+{
+	return (uint8_t)(EVR__FEATURES &
+			 ~(ctx->tune.fin_alone ? EVR_HS_F_FIN : 0u));
+}
 
 /* The ctx's load (evr_ctx_load) goes up or down by one. */
 static inline void evr__load_add(evr_ctx *ctx, int d)
@@ -1005,6 +1022,7 @@ struct evr__env {
 	const char *reg_cache;	       /* EVR_REG_CACHE */
 	const char *srq;	       /* EVR_SRQ */
 	const char *mw;		       /* EVR_MW */
+	const char *fin;	       /* EVR_FIN */
 };
 void evr__env_read(struct evr__env *env);
 /* The precedence: a non-zero option, else the variable if it is a number,

@@ -56,8 +56,9 @@ static uint8_t data_flags(const evr_conn *c)
 }
 static void send_complete(struct evr__op *op, int status);
 static unsigned send_wrs(const evr_conn *c, const struct evr__op *op);
+static bool send_carry(const evr_conn *c, const struct evr__op *op);
 static const struct evr__op_class send_class = {send_complete, send_prepare,
-						send_wrs};
+						send_wrs, send_carry};
 
 /* ---- submission ---- */
 
@@ -314,6 +315,31 @@ static unsigned send_wrs(const evr_conn *c, const struct evr__op *op)
 		       : 1;
 }
 
+/* Can a message carry a FIN?  A rendezvous request always; an eager
+ * message when the FIN's 8 bytes still fit the eager size beside it. */
+static bool send_carry(const evr_conn *c, const struct evr__op *op)
+{
+	size_t lim = op_eager_limit(c, op);
+
+	return op->kind == EVR_OP_EAGER &&
+	       (op->u.msg.len > lim ||
+		op->u.msg.len + EVR_RNDV_FIN_SIZE <= lim);
+}
+
+/* The FIN the message being built carries (c->fin_carry, set by the
+ * flush), written at out: its bytes after the header and a call's id.
+ * The FIN is then the flush's to free.  Returns its length: 0 if none. */
+static uint32_t fin_put(evr_conn *c, uint8_t *out)
+{
+	const struct evr__op *fin = c->fin_carry;
+
+	if (!fin)
+		return 0;
+	evr__rndv_fin_encode(out, fin->u.ctrl.fin_id, fin->u.ctrl.fin_status);
+	c->fin_carry = NULL;
+	return EVR_RNDV_FIN_SIZE;
+}
+
 static void bind_complete(struct evr__op *op, int status)
 {
 	(void)status; /* a failed one fails the conn (send_wc), and the
@@ -321,7 +347,8 @@ static void bind_complete(struct evr__op *op, int status)
 	evr__op_free(op->h.conn->ctx, op);
 }
 
-static const struct evr__op_class bind_class = {bind_complete, NULL, NULL};
+static const struct evr__op_class bind_class = {bind_complete, NULL, NULL,
+						NULL};
 
 /* Bind a type 2 memory window over [addr, addr+len) of the source's
  * registration, on c's QP: only this peer can use it, and only for those
@@ -373,6 +400,7 @@ static int rndv_prepare(evr_conn *c, struct evr__op *op, struct evr__buf *b)
 	struct evr__rndv_req r;
 	struct evr__rndv_tx *rt = calloc(1, sizeof(*rt));
 	const void *src = op->u.msg.src;
+	uint32_t idlen;
 	int err;
 
 	if (!rt)
@@ -410,16 +438,17 @@ static int rndv_prepare(evr_conn *c, struct evr__op *op, struct evr__buf *b)
 	r.addr = (uintptr_t)src;
 	r.len = op->u.msg.len;
 	r.id = rt->id;
+	idlen = op->call_flags ? EVR_CALL_ID_SIZE : 0;
+	if (idlen)
+		evr__call_id_encode(b->data + EVR_HDR_SIZE, op->call_id);
+	h.len = idlen + fin_put(c, b->data + EVR_HDR_SIZE + idlen);
 	h.type = EVR_T_RNDV_REQ;
-	h.flags = (uint8_t)(data_flags(c) | op->call_flags);
-	h.len = (op->call_flags ? EVR_CALL_ID_SIZE : 0) + EVR_RNDV_REQ_SIZE;
+	h.flags = (uint8_t)(data_flags(c) | op->call_flags |
+			    (h.len > idlen ? EVR_F_FIN : 0));
+	evr__rndv_req_encode(b->data + EVR_HDR_SIZE + h.len, &r);
+	h.len += EVR_RNDV_REQ_SIZE;
 	h.credits = evr__credit_piggyback(&c->cr);
 	evr__hdr_encode(b->data, &h);
-	if (op->call_flags)
-		evr__call_id_encode(b->data + EVR_HDR_SIZE, op->call_id);
-	evr__rndv_req_encode(b->data + EVR_HDR_SIZE + h.len -
-				     EVR_RNDV_REQ_SIZE,
-			     &r);
 	evr__op_set_send(op, b, EVR_HDR_SIZE + h.len, &c->sq);
 	/* done when both the send and the FIN completed */
 	op->pending = 2;
@@ -444,7 +473,7 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 	if (op->u.msg.len > c->peer_max_msg)
 		return -EMSGSIZE;
 	rndv = op->u.msg.len > op_eager_limit(c, op);
-	if (!rndv && !op->iovcnt && c->sq.sge2 &&
+	if (!rndv && !op->iovcnt && c->sq.sge2 && !c->fin_carry &&
 	    EVR_HDR_SIZE + idlen + op->u.msg.len <= c->sq.max_inline) {
 		/* inline in two pieces: no buffer, no copy but the post's */
 		b = NULL;
@@ -477,11 +506,16 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 					    op->call_id);
 		op->ihdr_len = (uint8_t)(EVR_HDR_SIZE + idlen);
 	} else {
+		/* a carried FIN after a call's id, then the payload */
+		uint32_t fin = fin_put(c, b->data + EVR_HDR_SIZE + idlen);
+
+		h.len += fin;
+		h.flags |= fin ? EVR_F_FIN : 0;
 		evr__hdr_encode(b->data, &h);
 		if (idlen)
 			evr__call_id_encode(b->data + EVR_HDR_SIZE,
 					    op->call_id);
-		gather(b->data + EVR_HDR_SIZE + idlen, op);
+		gather(b->data + EVR_HDR_SIZE + idlen + fin, op);
 		op->u.msg.buf = b;
 		evr__op_set_send(op, b, EVR_HDR_SIZE + h.len, &c->sq);
 	}
@@ -613,7 +647,8 @@ static void rread_complete(struct evr__op *op, int status)
 	evr__op_free(op->h.conn->ctx, op);
 }
 
-static const struct evr__op_class rread_class = {rread_complete, NULL, NULL};
+static const struct evr__op_class rread_class = {rread_complete, NULL, NULL,
+						 NULL};
 
 /* Rendezvous sends whose FIN will never come (the conn is going away). */
 static void rndv_fail_waiting(evr_conn *c, int status)
@@ -927,6 +962,25 @@ static void rx_cancel(evr_conn *c, uint32_t id)
 	c->ctx->hooks.rpc_cancel(c, id);
 }
 
+/* The peer's FIN for our oldest rendezvous send (they come in order);
+ * -EPROTO if it names another. */
+static int fin_got(evr_conn *c, const struct evr__parsed *p)
+{
+	struct evr__rndv_tx *rt =
+	    evr__list_first_entry(&c->rndv_wait, struct evr__rndv_tx, link);
+	struct evr__op *op;
+
+	if (!rt || rt->id != p->fin_id)
+		return -EPROTO;
+	evr__list_del(&rt->link);
+	op = rt->op;
+	if (p->fin_status && !op->status)
+		op->status = p->fin_status;
+	if (--op->pending == 0)
+		rndv_finish(c, op);
+	return 0;
+}
+
 static void process_recv(evr_conn *c, struct evr__buf *b,
 			 const struct ibv_wc *wc)
 {
@@ -934,7 +988,7 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	/* the sender goes eager up to min(its eager size, ours): the same
 	 * negotiated limit must judge what arrives */
 	struct evr__limits lim = {(uint32_t)eager_limit(c), ctx->o.max_msg_size,
-				  c->rpc_on, false};
+				  c->rpc_on, c->fin_on};
 	struct evr__parsed p;
 	const char *why = "?";
 	struct evr__rx *rx;
@@ -972,6 +1026,21 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	}
 	if (p.hdr.credits)
 		evr__conn_dirty(c); /* queued sends may go now */
+	if (p.fin && p.hdr.type != EVR_T_RNDV_FIN) {
+		/* a FIN carried by data (EVR_F_FIN): first, as if alone */
+		if (fin_got(c, &p)) {
+			evr__conn_recv_put(c, b);
+			proto_error(c, "rendezvous finish for an unknown id");
+			return;
+		}
+		if (c->state >= EVR_CS_FAILED) {
+			/* its callback failed the conn: what came after the
+			 * FIN goes unread (evr__msg_recv_done) */
+			evr__conn_recv_put(c, b);
+			evr__conn_kick(c);
+			return;
+		}
+	}
 
 	switch (p.hdr.type) {
 	case EVR_T_CREDIT:
@@ -1052,24 +1121,11 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		repost(c, b);
 		rx_cancel(c, p.call_id);
 		return;
-	case EVR_T_RNDV_FIN: {
-		struct evr__rndv_tx *rt = evr__list_first_entry(
-			&c->rndv_wait, struct evr__rndv_tx, link);
-		struct evr__op *op;
-
+	case EVR_T_RNDV_FIN:
 		repost(c, b);
-		if (!rt || rt->id != p.fin_id) {
+		if (fin_got(c, &p))
 			proto_error(c, "rendezvous finish for an unknown id");
-			return;
-		}
-		evr__list_del(&rt->link);
-		op = rt->op;
-		if (p.fin_status && !op->status)
-			op->status = p.fin_status;
-		if (--op->pending == 0)
-			rndv_finish(c, op);
 		return;
-	}
 	default:
 		evr__conn_recv_put(c, b);
 		proto_error(c, "unknown message type");

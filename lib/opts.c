@@ -128,6 +128,7 @@ void evr__env_read(struct evr__env *env)
 	env->reg_cache = getenv("EVR_REG_CACHE");
 	env->srq = getenv("EVR_SRQ");
 	env->mw = getenv("EVR_MW");
+	env->fin = getenv("EVR_FIN");
 }
 
 unsigned evr__opt_pick(unsigned opt, const char *env, unsigned dflt)
@@ -177,4 +178,5 @@ void evr__tune_resolve(struct evr__tune *t, const struct evr_ctx_opts *o,
 		t->mw = EVR_RNDV_REGISTER;
 	else if (env->mw && !strcasecmp(env->mw, "inside"))
 		t->mw = EVR_RNDV_WINDOW;
+	t->fin_alone = env->fin && !strcasecmp(env->fin, "alone");
 }

@@ -22,7 +22,7 @@ static void rma_complete(struct evr__op *op, int status)
 	evr__op_free(c->ctx, op);
 }
 
-static const struct evr__op_class rma_class = {rma_complete, NULL, NULL};
+static const struct evr__op_class rma_class = {rma_complete, NULL, NULL, NULL};
 
 static int rma_submit(evr_conn *c, enum evr__op_kind kind,
 		      enum ibv_wr_opcode opcode, evr_mr *lmr, size_t loff,

@@ -62,7 +62,10 @@ enum bad_case {
 	BAD_RNDV_LEN,	 /* rendezvous length beyond the maximum */
 	BAD_CREDITS,	 /* returns credits that were never used */
 	BAD_FIN,	 /* a finish for a rendezvous never sent */
-	BAD_HS_FEATURE,	 /* handshake: an unknown feature bit -> rejected */
+	BAD_FIN_CARRIED, /* the same, carried by data (EVR_F_FIN agreed) */
+	/* offers an unknown feature bit (a newer peer's): not agreed, nor
+	 * carried FINs, which it then sends anyway */
+	BAD_FIN_UNAGREED,
 	BAD_CALL_FLAG,	 /* offers calls, not agreed: sends a call anyway */
 	BAD_CANCEL,	 /* the same with a cancel */
 	LIT_TYPE,	 /* literal bytes: the type after the last one */
@@ -106,7 +109,8 @@ static const struct {
     [BAD_RNDV_LEN] = {"rendezvous length beyond maximum", X_EPROTO},
     [BAD_CREDITS] = {"credit overflow", X_EPROTO},
     [BAD_FIN] = {"unexpected finish", X_EPROTO},
-    [BAD_HS_FEATURE] = {"unknown handshake feature", X_REJECT},
+    [BAD_FIN_CARRIED] = {"carried finish, unexpected", X_EPROTO},
+    [BAD_FIN_UNAGREED] = {"carried finish, not agreed", X_EPROTO},
     [BAD_CALL_FLAG] = {"call flag, calls not agreed", X_EPROTO},
     [BAD_CANCEL] = {"cancel, calls not agreed", X_EPROTO},
     [LIT_TYPE] = {"literal: type after CANCEL", X_EPROTO},
@@ -313,6 +317,15 @@ static size_t craft(enum bad_case bc, uint8_t *buf)
 		evr__hdr_encode(buf, &h);
 		evr__rndv_fin_encode(buf + EVR_HDR_SIZE, 12345, 0);
 		return EVR_HDR_SIZE + EVR_RNDV_FIN_SIZE;
+	case BAD_FIN_CARRIED:
+	case BAD_FIN_UNAGREED:
+		h.type = EVR_T_EAGER;
+		h.flags = EVR_F_FIN;
+		h.len = EVR_RNDV_FIN_SIZE + 10;
+		evr__hdr_encode(buf, &h);
+		evr__rndv_fin_encode(buf + EVR_HDR_SIZE, 12345, 0);
+		memset(buf + EVR_HDR_SIZE + EVR_RNDV_FIN_SIZE, 0x33, 10);
+		return EVR_HDR_SIZE + h.len;
 	case LIT_TYPE:
 		memcpy(buf, lit_type7, sizeof(lit_type7));
 		return sizeof(lit_type7);
@@ -591,9 +604,11 @@ static int raw_client(enum bad_case bc, uint16_t port)
 		/* offered; a server that does not speak it must not agree */
 		if (bc == BAD_CALL_FLAG || bc == BAD_CANCEL)
 			hs.features = EVR_HS_F_CALLS;
+		if (bc == BAD_FIN_CARRIED)
+			hs.features = EVR_HS_F_FIN;
 		n = evr__hs_encode(pdata, &hs);
 	}
-	if (bc == BAD_HS_FEATURE)
+	if (bc == BAD_FIN_UNAGREED)
 		pdata[7] = 0x40;
 	if (bc == BAD_MAGIC)
 		pdata[0] ^= 0xff;
@@ -613,8 +628,13 @@ static int raw_client(enum bad_case bc, uint16_t port)
 	if (is_literal_case(bc) && !rep_ok())
 		return 28;
 	/* the reply's features byte: nothing agreed that it does not do */
-	if ((bc == BAD_CALL_FLAG || bc == BAD_CANCEL) &&
+	if ((bc == BAD_CALL_FLAG || bc == BAD_CANCEL ||
+	     bc == BAD_FIN_UNAGREED) &&
 	    (cm_pdata_len < 24 || cm_pdata[7] != 0))
+		return 29;
+	/* ... and what it does, when offered */
+	if (bc == BAD_FIN_CARRIED &&
+	    (cm_pdata_len < 24 || cm_pdata[7] != EVR_HS_F_FIN))
 		return 29;
 
 	if (is_hostile_case(bc)) {

@@ -356,9 +356,13 @@ static void test_perf_rpc(void **state)
 /* evrdma-perf's verbs counters per message (the client's ctx): a small
  * ping-pong posts one send WR a round trip, in one post, with no credit
  * update (the reply carries the credits) and about one completion (the
- * receive; sends are signaled one in 16); a rendezvous round trip takes
- * at least its request, the read of the echo and that echo's FIN, with
- * the shared receive queue or a queue per connection (EVR_SRQ=off). */
+ * receive; sends are signaled one in 16).  A rendezvous round trip is
+ * two WRs, the request carrying the FIN of the echo before it and the
+ * read of the echo, and no update, with three completions (the
+ * request's send, the echo's receive, the read); with a client that
+ * does not offer carried FINs (EVR_FIN=alone), the server agrees to
+ * none either, and each FIN is a WR of its own.  With the shared
+ * receive queue or a queue per connection (EVR_SRQ=off). */
 static void test_perf_counters(void **state)
 {
 	static const char *const names[] = {
@@ -385,8 +389,16 @@ static void test_perf_counters(void **state)
 	assert_int_equal(perf_cols("-t lat -S 64k -n 200 -m poll", names, 6, v),
 			 0);
 	assert_true(v[0] == 200);
-	assert_true(v[2] >= 2.98);
-	assert_true(v[5] >= 2.98); /* the FIN, the echo's request, its read */
+	assert_true(v[1] >= 1.98 && v[1] <= 2.02);
+	assert_true(v[2] >= 1.98 && v[2] <= 2.02);
+	assert_true(v[4] <= 0.01);
+	assert_true(v[5] >= 2.97 && v[5] <= 3.03);
+	assert_int_equal(setenv("EVR_FIN", "alone", 1), 0);
+	assert_int_equal(perf_cols("-t lat -S 64k -n 200 -m poll", names, 6, v),
+			 0);
+	unsetenv("EVR_FIN");
+	assert_true(v[0] == 200);
+	assert_true(v[2] >= 2.98); /* the FIN, the request, the read */
 	/* not measured for connection tests: empty */
 	assert_int_equal(perf_cols("-t conn -n 20", names, 6, v), 0);
 	assert_true(v[0] == 20);

@@ -289,7 +289,9 @@ size_t peer_hs(const struct peer *p, uint8_t kind, uint8_t *buf)
 	hs.init_window = p->init_window;
 	hs.max_eager = p->max_eager;
 	hs.max_msg = p->max_msg;
-	hs.features = p->calls ? EVR_HS_F_CALLS : 0;
+	hs.features = (uint8_t)((p->calls ? EVR_HS_F_CALLS : 0) |
+				(p->fin ? EVR_HS_F_FIN : 0) |
+				p->newer_features);
 	return evr__hs_encode(buf, &hs);
 }
 
@@ -316,6 +318,15 @@ void peer_connect(struct peer *p)
 	p->qp = p->id->qp;
 	assert_non_null(p->qp);
 	n = peer_hs(p, EVR_HS_REP, hs);
+	{
+		/* a reply agrees to no more than the request offered */
+		const struct mock_id *m = mock_id_of(p->id);
+		struct evr__hs req;
+
+		assert_int_equal(evr__hs_decode(m->pd, m->pdlen, &req, NULL),
+				 0);
+		hs[7] &= req.features;
+	}
 	mock_cm_event(p->id, RDMA_CM_EVENT_ESTABLISHED, 0, hs, n);
 	peer_pump(p->ctx);
 	assert_int_equal(p->connects, 1);
@@ -365,7 +376,7 @@ void peer_accept(struct peer *p)
 
 bool peer_next(struct peer *p, struct peer_frame *f)
 {
-	struct evr__limits lim = {p->max_eager, p->max_msg, p->calls, false};
+	struct evr__limits lim = {p->max_eager, p->max_msg, p->calls, p->fin};
 	const char *why;
 
 	for (; p->seen < mock_wrs.nsend; p->seen++) {
@@ -609,6 +620,22 @@ void peer_fin(struct peer *p, uint32_t id, int32_t status, uint16_t credits)
 
 	evr__rndv_fin_encode(body, id, status);
 	peer_frame(p, EVR_T_RNDV_FIN, credits, body, sizeof(body));
+}
+
+void peer_fin_eager(struct peer *p, uint32_t id, int32_t status,
+		    const void *data, size_t dlen, uint16_t credits)
+{
+	struct evr__hdr h = {EVR_T_EAGER, EVR_F_FIN, credits,
+			     (uint32_t)(EVR_RNDV_FIN_SIZE + dlen)};
+	uint8_t *buf = malloc(EVR_HDR_SIZE + h.len);
+
+	assert_non_null(buf);
+	evr__hdr_encode(buf, &h);
+	evr__rndv_fin_encode(buf + EVR_HDR_SIZE, id, status);
+	if (dlen)
+		memcpy(buf + EVR_HDR_SIZE + EVR_RNDV_FIN_SIZE, data, dlen);
+	peer_raw(p, buf, EVR_HDR_SIZE + h.len);
+	free(buf);
 }
 
 void peer_call_frame(struct peer *p, uint8_t type, uint8_t flags,

@@ -96,6 +96,11 @@ struct peer {
 	 * evr_conn_opts.max_calls.  All off by default. */
 	bool calls, serve;
 	unsigned max_calls;
+	/* fin: the peer's handshake speaks EVR_HS_F_FIN (FINs carried by
+	 * data), and peer_next parses frames with EVR_F_FIN.  Off by
+	 * default, like calls. */
+	bool fin;
+	uint8_t newer_features; /* more bits its handshake offers (unknown) */
 	/* evr_call_cb of calls made with peer_call_arg: index -> count,
 	 * status, a copy of the reply */
 	unsigned call_calls[PEER_MAX_CALLS];
@@ -185,6 +190,10 @@ void peer_bye(struct peer *p, uint16_t credits);
 void peer_rndv_req(struct peer *p, const void *addr, uint64_t len,
 		   uint32_t rkey, uint32_t id, uint16_t credits);
 void peer_fin(struct peer *p, uint32_t id, int32_t status, uint16_t credits);
+/* An eager message carrying the FIN of our rendezvous send id
+ * (EVR_F_FIN): len = 8 + dlen. */
+void peer_fin_eager(struct peer *p, uint32_t id, int32_t status,
+		    const void *data, size_t dlen, uint16_t credits);
 void peer_write_imm(struct peer *p, uint32_t imm);
 /* Receives of ours posted and not yet filled (with a shared receive
  * queue: the SRQ's, for every conn, and the re-posts counted for its

@@ -821,11 +821,385 @@ static void test_send_too_large(void **state)
 	assert_int_equal(peer_unread(p), 0);
 }
 
+/* ---- FINs carried by data (EVR_F_FIN) ---- */
+
+/* The peer speaks EVR_HS_F_FIN. */
+static int setup_fin(void **state)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	peer_mocks_reset();
+	f->ctx = peer_start(&f->p, NULL);
+	f->p.fin = true;
+	peer_connect(&f->p);
+	*state = f;
+	return 0;
+}
+
+/* The same, with EVR_FIN=alone on our side: the handshake leaves the
+ * extension off. */
+static int setup_fin_alone(void **state)
+{
+	int rc;
+
+	assert_int_equal(setenv("EVR_FIN", "alone", 1), 0);
+	rc = setup_fin(state);
+	unsetenv("EVR_FIN");
+	return rc;
+}
+
+static size_t reply_len; /* what answer_recv sends from on_recv */
+
+static void answer_recv(struct peer *p, const void *data, size_t len)
+{
+	static uint8_t reply[4000];
+
+	(void)data;
+	(void)len;
+	memset(reply, 0x6b, sizeof(reply));
+	assert_true(reply_len <= sizeof(reply));
+	assert_int_equal(evr_send(p->conn, reply, reply_len, NULL, NULL), 0);
+}
+
+/* The peer's rendezvous message of 3000 bytes (id 41) is read and
+ * delivered, and on_recv answers with reply_len bytes. */
+static void rndv_in_answered(struct fix *f, size_t rlen)
+{
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	static uint8_t src[3000];
+
+	memset(src, 0x3c, sizeof(src));
+	reply_len = rlen;
+	p->on_recv = answer_recv;
+	peer_rndv_req(p, src, sizeof(src), 0xbeef, 41, 0);
+	peer_pump(f->ctx);
+	assert_true(peer_next(p, &fr));
+	assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_READ);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	p->on_recv = NULL;
+	assert_int_equal(p->nmsgs, 1);
+	assert_int_equal(p->msgs[0].len, sizeof(src));
+	assert_memory_equal(p->msgs[0].data, src, sizeof(src));
+}
+
+/* The next frame is the peer's FIN for 41, alone. */
+static void expect_fin_alone(struct peer *p)
+{
+	struct peer_frame fr;
+
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_FIN);
+	assert_int_equal(fr.msg.fin_id, 41);
+	assert_int_equal(fr.msg.fin_status, 0);
+}
+
+/* The next frame is the reply of rlen bytes, of type, carrying the FIN
+ * for 41 or not. */
+static void expect_reply(struct peer *p, uint8_t type, size_t rlen,
+			 bool fin)
+{
+	struct peer_frame fr;
+
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, type);
+	assert_int_equal(!!(fr.msg.hdr.flags & EVR_F_FIN), fin);
+	assert_int_equal(fr.msg.fin, fin);
+	if (fin) {
+		assert_int_equal(fr.msg.fin_id, 41);
+		assert_int_equal(fr.msg.fin_status, 0);
+	}
+	if (type == EVR_T_EAGER) {
+		assert_int_equal(fr.msg.plen, rlen);
+		assert_int_equal(fr.msg.hdr.len,
+				 rlen + (fin ? EVR_RNDV_FIN_SIZE : 0));
+		if (rlen) {
+			const uint8_t *d = fr.msg.payload;
+
+			assert_int_equal(d[0], 0x6b);
+			assert_int_equal(d[rlen - 1], 0x6b);
+		}
+	} else {
+		assert_int_equal(fr.msg.rndv.len, rlen);
+	}
+}
+
+/* A reply sent from on_recv carries the FIN of the message it answers:
+ * one message, not two. */
+static void test_fin_carried_eager(void **state)
+{
+	struct fix *f = *state;
+
+	rndv_in_answered(f, 4);
+	expect_reply(&f->p, EVR_T_EAGER, 4, true);
+	assert_int_equal(peer_unread(&f->p), 0);
+	assert_int_equal(f->p.conn->state, EVR_CS_ESTABLISHED);
+}
+
+/* The largest eager reply that leaves the FIN room (1 KiB eager: 1016
+ * bytes) carries it; one byte more and the FIN goes alone, first. */
+static void test_fin_carried_fits(void **state)
+{
+	struct fix *f = *state;
+
+	rndv_in_answered(f, 1016);
+	expect_reply(&f->p, EVR_T_EAGER, 1016, true);
+	assert_int_equal(peer_unread(&f->p), 0);
+	peer_ack(&f->p);
+	peer_fini(&f->p);
+	rndv_in_answered(f, 1017);
+	expect_fin_alone(&f->p);
+	expect_reply(&f->p, EVR_T_EAGER, 1017, false);
+	assert_int_equal(peer_unread(&f->p), 0);
+}
+
+/* A rendezvous reply carries it in its request. */
+static void test_fin_carried_rndv(void **state)
+{
+	struct fix *f = *state;
+
+	rndv_in_answered(f, 4000);
+	expect_reply(&f->p, EVR_T_RNDV_REQ, 4000, true);
+	assert_int_equal(peer_unread(&f->p), 0);
+}
+
+/* Without a reply the FIN goes alone; and with a peer that did not agree
+ * to the extension (or EVR_FIN=alone here), it goes alone before the
+ * reply. */
+static void test_fin_alone(void **state)
+{
+	struct fix *f = *state;
+
+	rndv_in_answered(f, 0);
+	if (f->p.fin && f->p.conn->fin_on) {
+		/* an empty reply carries it too */
+		expect_reply(&f->p, EVR_T_EAGER, 0, true);
+	} else {
+		expect_fin_alone(&f->p);
+		next_msg(&f->p, &(struct peer_frame){0});
+	}
+	assert_int_equal(peer_unread(&f->p), 0);
+}
+
+/* The peer's FIN carried by its eager message: our rendezvous send
+ * completes with the FIN's status, then the message is delivered. */
+static void test_fin_carried_recv(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	static uint8_t big[3000];
+
+	peer_send_op(p, big, sizeof(big), 0);
+	peer_send_op(p, big, sizeof(big), 1);
+	peer_pump(f->ctx);
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_REQ);
+	peer_ack(p);
+	peer_fin_eager(p, fr.msg.rndv.id, 0, "hi", 2, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_int_equal(p->op_status[0], 0);
+	assert_int_equal(p->nmsgs, 1);
+	assert_int_equal(p->msgs[0].len, 2);
+	assert_memory_equal(p->msgs[0].data, "hi", 2);
+	/* the reader's error comes to the send, the message still in */
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_REQ);
+	peer_fin_eager(p, fr.msg.rndv.id, -EIO, "", 0, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[1], 1);
+	assert_int_equal(p->op_status[1], -EIO);
+	assert_int_equal(p->nmsgs, 2);
+	assert_int_equal(p->msgs[1].len, 0);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+}
+
+static const size_t *seq_lens; /* answer_seq: the reply to message i */
+
+static void answer_seq(struct peer *p, const void *data, size_t len)
+{
+	reply_len = seq_lens[p->nmsgs - 1];
+	if (reply_len != SIZE_MAX)
+		answer_recv(p, data, len);
+}
+
+/* The peer's rendezvous messages 41 and 42 are read at once and answered
+ * (lens[i]: the reply to each, SIZE_MAX: none). */
+static void two_in_answered(struct fix *f, const size_t *lens)
+{
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	static uint8_t src[3000];
+	unsigned reads = 0;
+
+	seq_lens = lens;
+	p->on_recv = answer_seq;
+	peer_rndv_req(p, src, sizeof(src), 0xbeef, 41, 0);
+	peer_rndv_req(p, src, sizeof(src), 0xbeef, 42, 0);
+	peer_pump(f->ctx);
+	while (peer_next(p, &fr)) {
+		if (fr.parsed && fr.msg.hdr.type == EVR_T_CREDIT)
+			continue; /* the two requests' credits, owed */
+		assert_int_equal(fr.wr.opcode, IBV_WR_RDMA_READ);
+		reads++;
+	}
+	assert_int_equal(reads, 2);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	p->on_recv = NULL;
+	assert_int_equal(p->nmsgs, 2);
+}
+
+/* The next frame: an eager reply of len bytes carrying the FIN for id,
+ * or (len SIZE_MAX) that FIN alone. */
+static void expect_fin(struct peer *p, size_t len, uint32_t id, bool carried)
+{
+	struct peer_frame fr;
+
+	next_msg(p, &fr);
+	assert_true(fr.msg.fin);
+	assert_int_equal(fr.msg.fin_id, id);
+	if (!carried) {
+		assert_int_equal(fr.msg.hdr.type, EVR_T_RNDV_FIN);
+		return;
+	}
+	assert_int_equal(fr.msg.hdr.type, EVR_T_EAGER);
+	assert_int_equal(fr.msg.plen, len);
+}
+
+/* Two FINs due and two replies: each carries one, in order. */
+static void test_fin_carried_two(void **state)
+{
+	static const size_t lens[] = {4, 5};
+	struct fix *f = *state;
+
+	two_in_answered(f, lens);
+	expect_fin(&f->p, 4, 41, true);
+	expect_fin(&f->p, 5, 42, true);
+	assert_int_equal(peer_unread(&f->p), 0);
+}
+
+/* Two FINs, one reply: the first FIN in it, the second alone after it. */
+static void test_fin_carried_two_one(void **state)
+{
+	static const size_t lens[] = {4, SIZE_MAX};
+	struct fix *f = *state;
+
+	two_in_answered(f, lens);
+	expect_fin(&f->p, 4, 41, true);
+	expect_fin(&f->p, 0, 42, false);
+	assert_int_equal(peer_unread(&f->p), 0);
+}
+
+/* A first reply with no room for a FIN: the FINs go alone before it, as
+ * they would without the extension, and the next reply carries none. */
+static void test_fin_carried_two_big(void **state)
+{
+	static const size_t lens[] = {1017, 5};
+	struct fix *f = *state;
+	struct peer_frame fr;
+
+	two_in_answered(f, lens);
+	expect_fin(&f->p, 0, 41, false);
+	expect_fin(&f->p, 0, 42, false);
+	next_msg(&f->p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_EAGER);
+	assert_false(fr.msg.fin);
+	assert_int_equal(fr.msg.plen, 1017);
+	next_msg(&f->p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_EAGER);
+	assert_false(fr.msg.fin);
+	assert_int_equal(fr.msg.plen, 5);
+	assert_int_equal(peer_unread(&f->p), 0);
+	assert_int_equal(f->p.conn->state, EVR_CS_ESTABLISHED);
+}
+
+/* A request from a newer peer, offering carried FINs and an extension
+ * this side does not know: the reply agrees to carried FINs alone, and
+ * they are used. */
+static void test_fin_accept_newer_peer(void **state)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+	struct evr__hs hs;
+	const struct mock_id *m;
+
+	assert_non_null(f);
+	peer_mocks_reset();
+	f->ctx = peer_start(&f->p, NULL);
+	*state = f; /* the teardown's */
+	f->p.fin = true;
+	f->p.newer_features = 0x80;
+	peer_accept(&f->p);
+	m = mock_id_of(f->p.id);
+	assert_int_equal(evr__hs_decode(m->pd, m->pdlen, &hs, NULL), 0);
+	assert_int_equal(hs.kind, EVR_HS_REP);
+	assert_int_equal(hs.features, EVR_HS_F_FIN);
+	assert_true(f->p.conn->fin_on);
+	rndv_in_answered(f, 4);
+	expect_reply(&f->p, EVR_T_EAGER, 4, true);
+}
+
+/* A carried FIN naming no send of ours is a protocol error: the message
+ * is not delivered and the conn ends with -EPROTO. */
+static void test_fin_carried_unknown(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+
+	peer_fin_eager(p, 999, 0, "hi", 2, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 0);
+	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
+	peer_flush_closed(p, -EPROTO);
+}
+
+/* A peer that did not agree to the extension may not use it. */
+static void test_fin_carried_not_agreed(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+
+	assert_false(p->conn->fin_on);
+	peer_fin_eager(p, 0, 0, "hi", 2, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 0);
+	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
+	peer_flush_closed(p, -EPROTO);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_eager_send, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_fin_carried_eager,
+						setup_fin, teardown),
+		cmocka_unit_test_setup_teardown(test_fin_carried_fits,
+						setup_fin, teardown),
+		cmocka_unit_test_setup_teardown(test_fin_carried_rndv,
+						setup_fin, teardown),
+		cmocka_unit_test_setup_teardown(test_fin_carried_two,
+						setup_fin, teardown),
+		cmocka_unit_test_setup_teardown(test_fin_carried_two_one,
+						setup_fin, teardown),
+		cmocka_unit_test_setup_teardown(test_fin_carried_two_big,
+						setup_fin, teardown),
+		cmocka_unit_test_setup_teardown(test_fin_alone, setup_fin,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_fin_alone, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_fin_alone,
+						setup_fin_alone, teardown),
+		cmocka_unit_test_teardown(test_fin_accept_newer_peer, teardown),
+		cmocka_unit_test_setup_teardown(test_fin_carried_recv,
+						setup_fin, teardown),
+		cmocka_unit_test_setup_teardown(test_fin_carried_unknown,
+						setup_fin, teardown),
+		cmocka_unit_test_setup_teardown(test_fin_carried_not_agreed,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_credit_stop_and_resume,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(

@@ -461,6 +461,7 @@ static void test_env_read(void **state)
 	    {"EVR_REG_CACHE", offsetof(struct evr__env, reg_cache)},
 	    {"EVR_SRQ", offsetof(struct evr__env, srq)},
 	    {"EVR_MW", offsetof(struct evr__env, mw)},
+	    {"EVR_FIN", offsetof(struct evr__env, fin)},
 	};
 	struct evr__env env;
 	size_t i;
