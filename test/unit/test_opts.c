@@ -442,6 +442,31 @@ static void test_srq_resolve(void **state)
 	}
 }
 
+/* EVR_FIN=alone (any case) turns carried FINs off; anything else, or
+ * nothing, leaves them on. */
+static void test_fin_resolve(void **state)
+{
+	static const struct {
+		const char *env;
+		bool alone;
+	} cases[] = {
+	    {NULL, false}, {"alone", true}, {"ALONE", true},
+	    {"carried", false}, {"", false}, {"0", false},
+	};
+	struct evr__env env = {0};
+	struct evr_ctx_opts o;
+	struct evr__tune t;
+	size_t i;
+
+	(void)state;
+	evr_ctx_opts_init(&o);
+	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		env.fin = cases[i].env;
+		evr__tune_resolve(&t, &o, &env);
+		assert_int_equal(t.fin_alone, cases[i].alone);
+	}
+}
+
 /* The variables a ctx reads, by their documented names. */
 static void test_env_read(void **state)
 {
@@ -501,6 +526,7 @@ int main(void)
 	    cmocka_unit_test(test_ctx_create_checks_size),
 	    cmocka_unit_test(test_pick),
 	    cmocka_unit_test(test_tune_resolve),
+	    cmocka_unit_test(test_fin_resolve),
 	    cmocka_unit_test(test_env_read),
 	    cmocka_unit_test(test_srq_resolve),
 	    cmocka_unit_test(test_e2big_text),
