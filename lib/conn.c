@@ -1363,6 +1363,30 @@ static bool fin_alone(evr_conn *c, struct evr__op **run)
 	return true;
 }
 
+/* take_and_prepare() of a data message that carries the run's first FIN
+ * (c->fin_carry for its prepare); the FIN then is done, or back in its
+ * place if the message was not built.  Out of the way of the flush of
+ * messages that carry none. */
+static EVR__NOINLINE int carry_prepare(evr_conn *c, struct evr__op *op,
+				       struct evr__op **run)
+{
+	struct evr__op *fin = *run;
+	struct evr__list *after = fin->h.link.next;
+	int err;
+
+	evr__list_del(&fin->h.link);
+	c->fin_carry = fin;
+	err = take_and_prepare(c, op, false);
+	if (!c->fin_carry) { /* in the message */
+		evr__op_free(c->ctx, fin);
+		*run = run_next(c, after);
+	} else {
+		c->fin_carry = NULL;
+		evr__list_add_tail(after, &fin->h.link);
+	}
+	return err;
+}
+
 /*
  * Post what can be posted: receives first (they are what the credits we
  * return stand for), then control messages and rendezvous reads, then the
@@ -1411,7 +1435,7 @@ static EVR__ALWAYS_INLINE void flush_ops(evr_conn *c)
 	if (!evr__conn_can_post(c) || !evr__conn_up(c))
 		return;
 	due.n = 0;
-	run = fins_to_carry(c);
+	run = evr__list_empty(&c->ctrlq) ? NULL : fins_to_carry(c);
 
 	/* Control messages in order; rendezvous reads and keepalive probes
 	 * take no credit and go past one that waits for a credit: the
@@ -1435,8 +1459,6 @@ static EVR__ALWAYS_INLINE void flush_ops(evr_conn *c)
 	 * goes alone, as without the extension.  FINs keep their order. */
 	while ((op = evr__list_first_entry(&c->sendq, struct evr__op, h.link)) &&
 	       evr__sq_room(&c->sq) > 0) {
-		struct evr__list *after = NULL;
-
 		if (run && !(op->cls->carry && op->cls->carry(c, op))) {
 			if (!fin_alone(c, &run))
 				break; /* no credit for it: none for data */
@@ -1453,19 +1475,8 @@ static EVR__ALWAYS_INLINE void flush_ops(evr_conn *c)
 			c->sent_data = true; /* not idle (on_idle) */
 		}
 		evr__op_unqueue(c, op);
-		if (run) {
-			after = run->h.link.next;
-			evr__list_del(&run->h.link);
-			c->fin_carry = run;
-		}
-		err = take_and_prepare(c, op, false);
-		if (run && !c->fin_carry) { /* in the message: done */
-			evr__op_free(ctx, run);
-			run = run_next(c, after);
-		} else if (run) { /* not built: back in its place */
-			c->fin_carry = NULL;
-			evr__list_add_tail(after, &run->h.link);
-		}
+		err = run ? carry_prepare(c, op, &run)
+			  : take_and_prepare(c, op, false);
 		if (err) {
 			evr__op_complete(op, err);
 			continue;

@@ -36,6 +36,9 @@
  * ten to thirty instructions a message, which GCC's heuristics do not
  * weigh. */
 #define EVR__ALWAYS_INLINE inline __attribute__((always_inline))
+/* The other way: a rare branch of such a function, kept out of it so
+ * that its registers and stack do not weigh on the common path. */
+#define EVR__NOINLINE __attribute__((noinline))
 
 /*
  * Memory the RDMA device writes -- receive buffers, rendezvous read

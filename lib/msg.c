@@ -1026,8 +1026,8 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	}
 	if (p.hdr.credits)
 		evr__conn_dirty(c); /* queued sends may go now */
-	if (p.fin && p.hdr.type != EVR_T_RNDV_FIN) {
-		/* a FIN carried by data (EVR_F_FIN): first, as if alone */
+	if (p.hdr.flags & EVR_F_FIN) {
+		/* a FIN carried by data: first, as if it had come alone */
 		if (fin_got(c, &p)) {
 			evr__conn_recv_put(c, b);
 			proto_error(c, "rendezvous finish for an unknown id");
