@@ -609,7 +609,7 @@ static void pe_complete(struct evr__op *op, int status)
 	evr__op_free(c->ctx, op);
 }
 
-static const struct evr__op_class pe_class = {pe_complete, NULL, NULL};
+static const struct evr__op_class pe_class = {pe_complete, NULL, NULL, NULL};
 
 static int pe_setup(void **state)
 {
