@@ -134,6 +134,14 @@ static unsigned reply_tmo_ms(const evr_conn *c)
 
 /* ---- active side ---- */
 
+/* The extensions both sides agreed to, from the features of the reply
+ * (sent or received). */
+static void conn_agreed(evr_conn *c, uint8_t features)
+{
+	c->rpc_on = (features & EVR_HS_F_CALLS) != 0;
+	c->fin_on = (features & EVR_HS_F_FIN) != 0;
+}
+
 int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 		const struct evr_conn_opts *opts, evr_conn **out)
 {
@@ -294,8 +302,7 @@ static void on_established(evr_conn *c, const struct cm_ev *e)
 			return;
 		}
 		evr__conn_set_peer(c, &hs);
-		c->rpc_on = (hs.features & EVR_HS_F_CALLS) != 0;
-		c->fin_on = (hs.features & EVR_HS_F_FIN) != 0;
+		conn_agreed(c, hs.features);
 	}
 	evr__conn_established(c);
 }
@@ -563,8 +570,7 @@ static int accept_req(evr_conn_req *req, const struct evr_conn_opts *opts,
 	if (!opts->on_request)
 		mine &= (uint8_t)~EVR_HS_F_CALLS;
 	hs.features = evr__hs_reply_features(&req->hs, mine);
-	c->rpc_on = (hs.features & EVR_HS_F_CALLS) != 0;
-	c->fin_on = (hs.features & EVR_HS_F_FIN) != 0;
+	conn_agreed(c, hs.features);
 	n = evr__hs_encode(buf, &hs);
 	conn_param(ctx, &p, buf, n);
 	p.responder_resources = (uint8_t)EVR__MIN(

@@ -1390,7 +1390,10 @@ static EVR__NOINLINE int carry_prepare(evr_conn *c, struct evr__op *op,
 /*
  * Post what can be posted: receives first (they are what the credits we
  * return stand for), then control messages and rendezvous reads, then the
- * user's ops in order, as one chain.  With the shared receive queue, the
+ * user's ops in order, as one chain.  When the peer agreed to carried
+ * FINs, the FINs at the end of the control queue ride inside the user's
+ * messages instead, one a message, each in its order (flush_ops).  With
+ * the shared receive queue, the
  * receives are counted first and posted later -- a reply sent from
  * on_recv goes out before the re-post of its request's buffer, which is
  * not on the way to the peer's answer -- in batches of srq_batch (one

@@ -93,6 +93,13 @@ static int fin_decode(const uint8_t *p, struct evr__parsed *out)
 		return -EPROTO;                                                \
 	} while (0)
 
+/* The types that carry the user's bytes: the only ones a call id or a
+ * carried FIN may ride in. */
+static bool is_data(uint8_t type)
+{
+	return type == EVR_T_EAGER || type == EVR_T_RNDV_REQ;
+}
+
 int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 		   struct evr__parsed *out, const char **why)
 {
@@ -118,8 +125,7 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 	if (out->hdr.flags & (EVR_F_CALL | EVR_F_REPLY)) {
 		if (!lim->calls)
 			FAIL("call flag without the calls extension");
-		if (out->hdr.type != EVR_T_EAGER &&
-		    out->hdr.type != EVR_T_RNDV_REQ)
+		if (!is_data(out->hdr.type))
 			FAIL("call flag on a message other than data");
 		if ((out->hdr.flags & (EVR_F_CALL | EVR_F_REPLY)) ==
 		    (EVR_F_CALL | EVR_F_REPLY))
@@ -135,8 +141,7 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 	if (out->hdr.flags & EVR_F_FIN) {
 		if (!lim->fin)
 			FAIL("carried finish without the extension");
-		if (out->hdr.type != EVR_T_EAGER &&
-		    out->hdr.type != EVR_T_RNDV_REQ)
+		if (!is_data(out->hdr.type))
 			FAIL("carried finish on a message other than data");
 		if (out->hdr.len < call + EVR_RNDV_FIN_SIZE)
 			FAIL("message shorter than its carried finish");
