@@ -132,8 +132,6 @@ static unsigned reply_tmo_ms(const evr_conn *c)
 	return EVR__MAX(conn_tmo_ms(c), c->ctx->o.connect_reply_ms);
 }
 
-/* ---- active side ---- */
-
 /* The extensions both sides agreed to, from the features of the reply
  * (sent or received). */
 static void conn_agreed(evr_conn *c, uint8_t features)
@@ -141,6 +139,8 @@ static void conn_agreed(evr_conn *c, uint8_t features)
 	c->rpc_on = (features & EVR_HS_F_CALLS) != 0;
 	c->fin_on = (features & EVR_HS_F_FIN) != 0;
 }
+
+/* ---- active side ---- */
 
 int evr_connect(evr_ctx *ctx, const char *host, uint16_t port,
 		const struct evr_conn_opts *opts, evr_conn **out)

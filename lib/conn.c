@@ -1392,16 +1392,16 @@ static EVR__NOINLINE int carry_prepare(evr_conn *c, struct evr__op *op,
  * return stand for), then control messages and rendezvous reads, then the
  * user's ops in order, as one chain.  When the peer agreed to carried
  * FINs, the FINs at the end of the control queue ride inside the user's
- * messages instead, one a message, each in its order (flush_ops).  With
- * the shared receive queue, the
- * receives are counted first and posted later -- a reply sent from
- * on_recv goes out before the re-post of its request's buffer, which is
- * not on the way to the peer's answer -- in batches of srq_batch (one
- * post instead of one per message), when the bank's spare covers every
- * credit the count can grant (two a buffer): credits lent then never
- * exceed buffers on the SRQ, at any moment (bank.h).  When it does not,
- * the batch set aside goes first, which grows the spare, and what is
- * still not covered is posted before it is counted.
+ * messages, one a message, in order; those no message can carry go alone
+ * (flush_ops).  With the shared receive queue, the receives are counted
+ * first and posted later -- a reply sent from on_recv goes out before the
+ * re-post of its request's buffer, which is not on the way to the peer's
+ * answer -- in batches of srq_batch (one post instead of one per
+ * message), when the bank's spare covers every credit the count can grant
+ * (two a buffer): credits lent then never exceed buffers on the SRQ, at
+ * any moment (bank.h).  When it does not, the batch set aside goes first,
+ * which grows the spare, and what is still not covered is posted before
+ * it is counted.
  */
 void evr__conn_flush(evr_conn *c)
 {
