@@ -130,9 +130,11 @@ static char port_str[16], tport_str[16];
 
 static void pick_ports(void)
 {
-	/* distinct per test and per run */
+	/* Distinct per test and per run, in 20000-27999: below the ports
+	 * rdma_cm hands out itself (ip_local_port_range, from 32768), and
+	 * apart from those t_storm (28000-) and t_device (30000-) take. */
 	static unsigned next;
-	unsigned p = 20000 + (unsigned)(getpid() % 1000) * 32 +
+	unsigned p = 20000 + (unsigned)(getpid() % 250) * 32 +
 		     (next++ % 16) * 2;
 
 	snprintf(port_str, sizeof(port_str), "%u", p);
