@@ -225,7 +225,9 @@ static void test_busy_no_probes(void **state)
 
 	(void)state;
 	rt_ctx_opts(&o);
-	o.keepalive_ms = 200;
+	/* a slow run (valgrind) may take a while for a round trip: no
+	 * probe may fall due within one */
+	o.keepalive_ms = (unsigned)(200 * rt_timeout_scale());
 	rt_pair_init(&p, loop, &o);
 	b.cli = &p.cli;
 	p.cli.user = &b;
@@ -234,9 +236,10 @@ static void test_busy_no_probes(void **state)
 	rt_pair_connect(&p);
 	evr_ctx_stats(p.ctx, &st0);
 	busy_pump(&b);
-	rt_run_for(loop, 1.5);
+	rt_run_for(loop, 7.5 * o.keepalive_ms / 1000.0);
 	evr_ctx_stats(p.ctx, &st1);
-	printf("# busy 1.5 s: %u round trips, %llu probes\n", b.got,
+	printf("# busy %.1f s: %u round trips, %llu probes\n",
+	       7.5 * o.keepalive_ms / 1000.0, b.got,
 	       (unsigned long long)(st1.keepalive_probes -
 				    st0.keepalive_probes));
 	assert_true(b.got > 100);
@@ -250,31 +253,35 @@ static void test_busy_no_probes(void **state)
 /* ---- after the peer's BYE ---- */
 
 /* What a conn with keepalive on sees of a peer that closes: the idle time
- * and probe timeout (ms) of the keepalive ctx. */
+ * and probe timeout (ms) of the keepalive ctx.  Both grow with
+ * EVR_TEST_TIMEOUT_SCALE: what the tests below tell apart (a close, a
+ * BYE, a probe) must each take less than the idle time, and under
+ * valgrind 200 ms are a few loop steps. */
 #define BYE_IDLE_MS    200
 #define BYE_TIMEOUT_MS 400
+
+static unsigned bye_ms(unsigned ms)
+{
+	return (unsigned)(ms * rt_timeout_scale());
+}
 
 static void bye_ctx_opts(struct evr_ctx_opts *o)
 {
 	rt_ctx_opts(o);
-	o->keepalive_ms = BYE_IDLE_MS;
-	o->keepalive_timeout_ms = BYE_TIMEOUT_MS;
+	o->keepalive_ms = bye_ms(BYE_IDLE_MS);
+	o->keepalive_timeout_ms = bye_ms(BYE_TIMEOUT_MS);
 }
 
 /*
  * The usual graceful close.  The server probes while the pair is idle; a
  * message then makes its conn busy, so no probe is due when the client
  * closes right after it, and none may go out from the BYE to the
- * DISCONNECTED event.  The server ends with -ESHUTDOWN, once.
- *
- * A probe is due when the close takes longer than the idle time to bring
- * the BYE to the server; under valgrind it can (200 ms is a few loop
- * steps there).  The idle time grows with EVR_TEST_TIMEOUT_SCALE so that
- * a slow close is still a quick one next to it.
+ * DISCONNECTED event.  The server ends with -ESHUTDOWN, once.  (A close
+ * that took longer than the idle time to bring the BYE over would let a
+ * probe fall due before it.)
  */
 static void run_bye_close(enum rt_path path)
 {
-	const unsigned idle_ms = (unsigned)(BYE_IDLE_MS * rt_timeout_scale());
 	struct evr_ctx_opts o;
 	struct evr_stats st0, st1;
 	struct count n = {0};
@@ -283,14 +290,14 @@ static void run_bye_close(enum rt_path path)
 
 	rt_drv_init(&d, path);
 	bye_ctx_opts(&o);
-	o.keepalive_ms = idle_ms;
 	rt_pair_init(&p, rt_drv_loop(&d), &o);
 	rt_drv_attach(&d, p.ctx);
 	p.srv.user = &n;
 	p.srv_opts.on_recv = on_recv;
 	p.cli_opts.keepalive_ms = -1; /* the ctx's probes are the server's */
 	rt_drv_pair_connect(&d, &p);
-	rt_drv_run_for(&d, 3 * idle_ms / 1000.0); /* probes by 1.5 x idle */
+	/* the first probe is out by 1.5 x the idle time */
+	rt_drv_run_for(&d, 3 * o.keepalive_ms / 1000.0);
 	evr_ctx_stats(p.ctx, &st0);
 	assert_true(st0.keepalive_probes >= 1); /* keepalive is on */
 	assert_int_equal(evr_send(p.cli.conn, "hello", 5, NULL, NULL), 0);
@@ -420,8 +427,8 @@ static int cli_closed(void *arg)
  */
 static void run_bye_silent(enum rt_path path)
 {
-	const double idle = BYE_IDLE_MS / 1000.0;
-	const double timeout = BYE_TIMEOUT_MS / 1000.0;
+	const double idle = bye_ms(BYE_IDLE_MS) / 1000.0;
+	const double timeout = bye_ms(BYE_TIMEOUT_MS) / 1000.0;
 	struct evr_ctx_opts o;
 	struct evr_stats st0, st1;
 	struct silent s = {0};
