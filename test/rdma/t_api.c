@@ -1443,6 +1443,32 @@ static int rw_got(void *arg)
  * QP was set up, plus one re-post for every message that consumed one
  * (the peer's data messages and its explicit credit updates) and was not
  * held. */
+static bool rw_balanced(struct rw *f, int n)
+{
+	struct evr_stats s, c;
+
+	evr_ctx_stats(f->p.ctx, &s);
+	evr_ctx_stats(f->p.cctx, &c);
+	return s.msgs_recv == (uint64_t)n &&
+	       s.recv_wrs == RW_DEPTH + n - f->nheld + c.credit_updates &&
+	       c.recv_wrs == RW_DEPTH + f->echoes + s.credit_updates;
+}
+
+static int rw_settled(void *arg)
+{
+	struct rw_wait *w = arg;
+
+	return rw_balanced(w->f, w->n);
+}
+
+/* Waits for the last re-posts and updates (a slow run takes a while for
+ * them), then a while longer: nothing more may come. */
+static void rw_settle(struct ev_loop *loop, struct rw_wait *w)
+{
+	(void)rt_run_until(loop, rw_settled, w, 10); /* rw_check says */
+	rt_run_for(loop, 0.3);
+}
+
 static void rw_check(struct rw *f, int n, const char *name)
 {
 	struct evr_stats s, c;
@@ -1523,7 +1549,7 @@ static void test_recv_wrs(void **state)
 						 0);
 		}
 		assert_int_equal(rt_run_until(loop, rw_got, &w, 30), 0);
-		rt_run_for(loop, 0.3); /* re-posts and updates settle */
+		rw_settle(loop, &w);
 		assert_int_equal(f->bad, 0);
 		assert_int_equal(f->nheld, rows[r].hold);
 		rw_check(f, rows[r].n, rows[r].name);
@@ -1536,7 +1562,7 @@ static void test_recv_wrs(void **state)
 			/* released: their buffers are posted again */
 			while (f->nheld)
 				evr_msg_release(f->held[--f->nheld]);
-			rt_run_for(loop, 0.3);
+			rw_settle(loop, &w);
 			rw_check(f, rows[r].n, "after the release");
 		}
 		rt_pair_close(&f->p);
@@ -2119,6 +2145,13 @@ static size_t ql_queued(struct ql *f)
 }
 
 /* Wait until the server has n messages, and a little longer. */
+static int ql_all_done(void *arg)
+{
+	struct ql *f = arg;
+
+	return f->ok + f->err >= f->sent;
+}
+
 static void ql_wait_for(struct ql *f, int n)
 {
 	struct ql_wait w = {f, n};
@@ -2206,7 +2239,8 @@ static void test_queue_lowat(void **state)
 		for (int i = 0; i < 5; i++)
 			assert_int_equal(ql_send(f), 0);
 		ql_wait_for(f, f->sent);
-		rt_run_for(loop, 0.1);
+		/* the sender hears of the last sends after their receiver */
+		assert_int_equal(rt_run_until(loop, ql_all_done, f, 10), 0);
 		assert_int_equal(f->ok, f->sent);
 		assert_int_equal(f->err, 0);
 		assert_int_equal(f->drains, rows[r].releases >= 0 ? 1 : 0);
