@@ -469,6 +469,7 @@ static int raw_hostile(enum bad_case bc, struct rdma_cm_id *id,
 	struct ibv_wc wc;
 	const char *why;
 	bool fin = false, req = false;
+	double end;
 	int st;
 
 	if (bc >= REGION_BEFORE) /* the same reads as the plain cases */
@@ -525,10 +526,16 @@ static int raw_hostile(enum bad_case bc, struct rdma_cm_id *id,
 		if (raw_send(id, mr, mem[1], EVR_HDR_SIZE + EVR_RNDV_FIN_SIZE))
 			return 48;
 		/* the server's callback fires once the FIN is in; the
-		 * access ends there -- give it ample time */
-		usleep(1000000);
-		st = raw_read(id, cq, mr, mem[0], r.addr, r.rkey,
-			      (uint32_t)r.len);
+		 * access ends there.  Until the server has taken the FIN in
+		 * a read still succeeds: read again until one fails, for a
+		 * second (times the time scale: the server may run under
+		 * valgrind). */
+		end = rt_now() + rt_timeout_scale();
+		do {
+			usleep(100000);
+			st = raw_read(id, cq, mr, mem[0], r.addr, r.rkey,
+				      (uint32_t)r.len);
+		} while (st == IBV_WC_SUCCESS && rt_now() < end);
 		break;
 	}
 	if (st == IBV_WC_SUCCESS)
