@@ -465,9 +465,11 @@ static void run_bye_silent(enum rt_path path)
 	assert_false(s.watched);
 
 	/* without the BYE's rule it would probe and stay up: bound the wait
-	 * well past when it should end */
-	assert_int_equal(
-	    rt_drv_run_until(&d, cli_closed, &p, 3 * (idle + timeout) + 1), 0);
+	 * well past when it should end (idle and timeout are scaled) */
+	assert_int_equal(rt_drv_run_until_exact(&d, cli_closed, &p,
+						3 * (idle + timeout) +
+						    rt_timeout_scale()),
+			 0);
 	took = rt_now() - s.frozen_at;
 	evr_ctx_stats(p.cctx, &st1);
 	printf(
