@@ -1466,7 +1466,7 @@ static int rw_settled(void *arg)
 static void rw_settle(struct ev_loop *loop, struct rw_wait *w)
 {
 	(void)rt_run_until(loop, rw_settled, w, 10); /* rw_check says */
-	rt_run_for(loop, 0.3);
+	rt_run_for(loop, 0.3 * rt_timeout_scale());
 }
 
 static void rw_check(struct rw *f, int n, const char *name)
@@ -2144,7 +2144,7 @@ static size_t ql_queued(struct ql *f)
 	return info.queued_bytes;
 }
 
-/* Wait until the server has n messages, and a little longer. */
+/* Every send's callback has run. */
 static int ql_all_done(void *arg)
 {
 	struct ql *f = arg;
@@ -2152,6 +2152,7 @@ static int ql_all_done(void *arg)
 	return f->ok + f->err >= f->sent;
 }
 
+/* Wait until the server has n messages, and a little longer. */
 static void ql_wait_for(struct ql *f, int n)
 {
 	struct ql_wait w = {f, n};
