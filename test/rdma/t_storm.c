@@ -324,7 +324,8 @@ struct srv {
 	evr_listener *l;
 	struct role echo, closer;
 	unsigned accepts, up, up_failed, echoes, send_errs;
-	int up_fail_status; /* the last on_connect error */
+	unsigned up_failed_other; /* of up_failed: not -ECONNRESET */
+	int up_fail_status;	  /* the last on_connect error */
 	unsigned closed[5]; /* 0, -ECANCELED, -ECONNRESET, -ESHUTDOWN, other */
 	unsigned closes;
 	uint32_t peak_conns;
@@ -379,6 +380,7 @@ static void srv_connected(evr_conn *c, int status, void *arg)
 	if (status) {
 		/* e.g. the client aborted before we saw ESTABLISHED */
 		r->s->up_failed++;
+		r->s->up_failed_other += status != -ECONNRESET;
 		r->s->up_fail_status = status;
 		return;
 	}
@@ -624,19 +626,26 @@ static int srv_all_closed(void *arg)
 	       s->closes == s->up;
 }
 
-/* Every server conn came up and ended with a status its client's part
- * explains: none failed while accepting (a client aborts only after its
- * on_connect, by when it has sent the server the message that establishes
- * the connection there, ahead of its disconnect),
- * none with -ECANCELED (the server never aborts, and its ctx lives on) or
- * any status other than 0, -ECONNRESET and -ESHUTDOWN. */
-static void srv_assert_clean(const struct srv *s)
+/* Every server conn ended with a status its client's part explains: none
+ * with -ECANCELED (the server never aborts, and its ctx lives on) or any
+ * status other than 0, -ECONNRESET and -ESHUTDOWN; and every one came up,
+ * but for at most `early` (the clients' early aborts) that failed while
+ * accepting with -ECONNRESET.  An early abort disconnects in its
+ * on_connect, its message most often canceled unsent: its disconnect
+ * request follows by microseconds the datagram that establishes the
+ * connection at the server (the RTU), and the server's connection manager
+ * can take the request first; it then reports a disconnect in place of
+ * the connection (seen once, under load in the guest).  Every other part
+ * waits for its echo, so the server was up. */
+static void srv_assert_clean(const struct srv *s, unsigned early)
 {
-	if (s->closed[1] || s->closed[4] || s->up_failed)
-		fail_msg("server: %u conns failed while accepting (last: "
-			 "%s); closes 0:%u ECANCELED:%u ECONNRESET:%u "
+	if (s->closed[1] || s->closed[4] || s->up_failed_other ||
+	    s->up_failed > early)
+		fail_msg("server: %u conns failed while accepting (at most "
+			 "%u early aborts may, with ECONNRESET; last: %s); "
+			 "closes 0:%u ECANCELED:%u ECONNRESET:%u "
 			 "ESHUTDOWN:%u other:%u",
-			 s->up_failed,
+			 s->up_failed, early,
 			 s->up_failed ? evr_err_name(s->up_fail_status) : "-",
 			 s->closed[0], s->closed[1], s->closed[2],
 			 s->closed[3], s->closed[4]);
@@ -644,7 +653,7 @@ static void srv_assert_clean(const struct srv *s)
 
 /* After the clients: every server conn ends (the "leave" ones once the
  * kernel has torn down their peers), bounded, and cleanly. */
-static void srv_settle(struct srv *s, unsigned expect)
+static void srv_settle(struct srv *s, unsigned expect, unsigned early)
 {
 	ev_timer t;
 
@@ -656,7 +665,7 @@ static void srv_settle(struct srv *s, unsigned expect)
 	ev_timer_stop(s->loop, &t);
 	assert_true(srv_all_closed(s));
 	assert_int_equal(s->accepts, expect);
-	srv_assert_clean(s);
+	srv_assert_clean(s, early);
 }
 
 static int count_fds(void)
@@ -692,23 +701,30 @@ static long rss_kib(void)
 	return kib;
 }
 
-/* How many connections of the clients started by clients_start() ask the
- * server to close them. */
-/* How many of the clients' conns end in mode m. */
+/* How many conns of the n clients clients_start(.., n, base, count, ..,
+ * leave) started end in mode m. */
+static unsigned modes_of(unsigned n, unsigned base, unsigned count,
+			 unsigned leave, enum mode m)
+{
+	unsigned k = 0;
+
+	for (unsigned c = 0; c < n; c++)
+		for (unsigned i = 0; i < count; i++)
+			k += conn_mode(base + c * count, i, count, leave) == m;
+	return k;
+}
+
+/* The same for NCLIENTS clients. */
 static unsigned mode_count(unsigned base, unsigned count, unsigned leave,
 			   enum mode m)
 {
-	unsigned n = 0;
-
-	for (unsigned c = 0; c < NCLIENTS; c++)
-		for (unsigned i = 0; i < count; i++)
-			n += conn_mode(base + c * count, i, count, leave) == m;
-	return n;
+	return modes_of(NCLIENTS, base, count, leave, m);
 }
 
 static void srv_reset_counts(struct srv *s)
 {
 	s->accepts = s->up = s->up_failed = s->echoes = s->send_errs = 0;
+	s->up_failed_other = 0;
 	s->closes = 0;
 	memset(s->closed, 0, sizeof(s->closed));
 	s->peak_conns = 0;
@@ -741,14 +757,16 @@ static void test_storm(void **state)
 	clients_start(s, ks, 1, 100000, WARM_HOLD, WARM_HOLD, WARM_HOLD);
 	kids_wait(s, ks, 60);
 	clients_check(ks, 100000, WARM_HOLD, WARM_HOLD);
-	srv_settle(s, WARM_HOLD);
+	srv_settle(s, WARM_HOLD,
+		   modes_of(1, 100000, WARM_HOLD, WARM_HOLD, M_EARLY));
 	peak = s->peak_conns;
 	srv_reset_counts(s);
 	memset(ks, 0, sizeof(*ks));
 	clients_start(s, ks, NCLIENTS, 200000, WARM_CONNS, WARM_CONNS, 1);
 	kids_wait(s, ks, 60);
 	clients_check(ks, 200000, WARM_CONNS, 1);
-	srv_settle(s, NCLIENTS * WARM_CONNS);
+	srv_settle(s, NCLIENTS * WARM_CONNS,
+		   mode_count(200000, WARM_CONNS, 1, M_EARLY));
 	printf("    warm-up: %u connections, at most %u open at once\n",
 	       WARM_HOLD + s->accepts, peak);
 	fds0 = count_fds();
@@ -762,7 +780,7 @@ static void test_storm(void **state)
 	kids_wait(s, ks, 80);
 	t1 = rt_now();
 	clients_check(ks, 0, per, STORM_LEAVE);
-	srv_settle(s, per * NCLIENTS);
+	srv_settle(s, per * NCLIENTS, mode_count(0, per, STORM_LEAVE, M_EARLY));
 	fds1 = count_fds();
 	rss1 = rss_kib();
 	evr_ctx_stats(s->ctx, &st);
@@ -833,7 +851,7 @@ static void test_rping(void **state)
 	clients_start(s, ks, NCLIENTS, 0, 8, 2, 0);
 	kids_wait(s, ks, 60);
 	clients_check(ks, 0, 8, 0);
-	srv_settle(s, NCLIENTS * 8);
+	srv_settle(s, NCLIENTS * 8, mode_count(0, 8, 0, M_EARLY));
 	/* an early abort may or may not leave its message to be echoed */
 	assert_true(s->echoes >= NCLIENTS * 6);
 	free(ks);
