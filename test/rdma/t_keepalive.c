@@ -238,10 +238,10 @@ static void test_busy_no_probes(void **state)
 	busy_pump(&b);
 	rt_run_for(loop, 7.5 * o.keepalive_ms / 1000.0);
 	evr_ctx_stats(p.ctx, &st1);
-	printf("# busy %.1f s: %u round trips, %llu probes\n",
-	       7.5 * o.keepalive_ms / 1000.0, b.got,
-	       (unsigned long long)(st1.keepalive_probes -
-				    st0.keepalive_probes));
+	printf(
+	    "# busy %.1f s: %u round trips, %llu probes\n",
+	    7.5 * o.keepalive_ms / 1000.0, b.got,
+	    (unsigned long long)(st1.keepalive_probes - st0.keepalive_probes));
 	assert_true(b.got > 100);
 	assert_int_equal(st1.keepalive_probes - st0.keepalive_probes, 0);
 	b.cli = NULL; /* stop pumping */
@@ -466,10 +466,10 @@ static void run_bye_silent(enum rt_path path)
 
 	/* without the BYE's rule it would probe and stay up: bound the wait
 	 * well past when it should end (idle and timeout are scaled) */
-	assert_int_equal(rt_drv_run_until_exact(&d, cli_closed, &p,
-						3 * (idle + timeout) +
-						    rt_timeout_scale()),
-			 0);
+	assert_int_equal(
+	    rt_drv_run_until_exact(&d, cli_closed, &p,
+				   3 * (idle + timeout) + rt_timeout_scale()),
+	    0);
 	took = rt_now() - s.frozen_at;
 	evr_ctx_stats(p.cctx, &st1);
 	printf(
