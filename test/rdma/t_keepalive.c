@@ -215,39 +215,56 @@ static void busy_back(evr_conn *c, const void *data, size_t len, void *arg)
 	busy_pump(b);
 }
 
-static void test_busy_no_probes(void **state)
+/* A pair in back-to-back ping-pong, four messages in flight, for 7.5
+ * keepalive times: not one probe goes out. */
+static void run_busy(enum rt_path path)
 {
-	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct evr_ctx_opts o;
 	struct evr_stats st0, st1;
 	struct busy b = {0};
+	struct rt_drv d;
 	struct rt_pair p;
+	double secs;
 
-	(void)state;
+	rt_drv_init(&d, path);
 	rt_ctx_opts(&o);
 	/* a slow run (valgrind) may take a while for a round trip: no
 	 * probe may fall due within one */
 	o.keepalive_ms = (unsigned)(200 * rt_timeout_scale());
-	rt_pair_init(&p, loop, &o);
+	secs = 7.5 * o.keepalive_ms / 1000.0;
+	rt_pair_init(&p, rt_drv_loop(&d), &o);
+	rt_drv_attach(&d, p.ctx);
 	b.cli = &p.cli;
 	p.cli.user = &b;
 	p.cli_opts.on_recv = busy_back;
 	p.srv_opts.on_recv = busy_echo;
-	rt_pair_connect(&p);
+	rt_drv_pair_connect(&d, &p);
 	evr_ctx_stats(p.ctx, &st0);
 	busy_pump(&b);
-	rt_run_for(loop, 7.5 * o.keepalive_ms / 1000.0);
+	rt_drv_run_for(&d, secs);
 	evr_ctx_stats(p.ctx, &st1);
 	printf(
-	    "# busy %.1f s: %u round trips, %llu probes\n",
-	    7.5 * o.keepalive_ms / 1000.0, b.got,
+	    "# %s: busy %.1f s: %u round trips, %llu probes\n",
+	    rt_path_name(path), secs, b.got,
 	    (unsigned long long)(st1.keepalive_probes - st0.keepalive_probes));
 	assert_true(b.got > 100);
 	assert_int_equal(st1.keepalive_probes - st0.keepalive_probes, 0);
 	b.cli = NULL; /* stop pumping */
-	rt_pair_close(&p);
-	rt_pair_fini(&p);
-	ev_loop_destroy(loop);
+	rt_drv_pair_close(&d, &p);
+	rt_drv_pair_fini(&d, &p);
+	rt_drv_fini(&d);
+}
+
+static void test_busy_no_probes_libev(void **state)
+{
+	(void)state;
+	run_busy(RT_LIBEV);
+}
+
+static void test_busy_no_probes_embed(void **state)
+{
+	(void)state;
+	run_busy(RT_EMBED);
 }
 
 /* ---- after the peer's BYE ---- */
@@ -527,7 +544,8 @@ int main(void)
 	    cmocka_unit_test(test_per_conn_embed),
 	    cmocka_unit_test(test_off_per_conn_libev),
 	    cmocka_unit_test(test_off_per_conn_embed),
-	    cmocka_unit_test(test_busy_no_probes),
+	    cmocka_unit_test(test_busy_no_probes_libev),
+	    cmocka_unit_test(test_busy_no_probes_embed),
 	    cmocka_unit_test(test_bye_close_libev),
 	    cmocka_unit_test(test_bye_close_embed),
 	    cmocka_unit_test(test_bye_silent_libev),
