@@ -399,17 +399,23 @@ static void test_pool_refuses_embed(void **state)
 	run_pool_refuses(RT_EMBED);
 }
 
-static struct rt_side pool_cli[20];
+#define POOL_CONNS 20
 
-/* the 20 accepted and connected at both ends */
+struct pool {
+	struct rt_pair p;		/* the server's ctx and the clients' */
+	struct rt_side cli[POOL_CONNS]; /* the clients' conns */
+};
+
+/* every one accepted and connected at both ends */
 static int all_up(void *arg)
 {
-	struct rt_pair *p = arg;
+	struct pool *t = arg;
 	int up = 0;
 
-	for (int i = 0; i < 20; i++)
-		up += pool_cli[i].connects;
-	return p->accepts == 20 && up == 20 && p->srv.connects == 20;
+	for (int i = 0; i < POOL_CONNS; i++)
+		up += t->cli[i].connects;
+	return t->p.accepts == POOL_CONNS && up == POOL_CONNS &&
+	       t->p.srv.connects == POOL_CONNS;
 }
 
 /* the server has no connection, and no credit lent */
@@ -422,17 +428,20 @@ static int all_gone(void *arg)
 }
 
 /* A server with a shared queue holds one pool for all its connections:
- * 20 idle connections cost one chunk of buffers, not 20 x recv_depth. */
+ * POOL_CONNS idle connections cost one chunk of buffers, not one
+ * recv_depth each. */
 static void test_pool_per_ctx(void **state)
 {
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
-	struct rt_pair p;
+	struct pool t;
+	struct rt_pair *p = &t.p;
+	struct rt_side *cli = t.cli;
 	struct evr_ctx_opts so, co;
 	struct evr_stats st;
-	struct rt_side *cli = pool_cli;
 	int i;
 
 	(void)state;
+	memset(&t, 0, sizeof(t));
 	rt_ctx_opts(&so);
 	so.srq = EVR_SRQ_ON;
 	rt_ctx_opts(&co);
@@ -441,45 +450,45 @@ static void test_pool_per_ctx(void **state)
 	 * window back yet, however slowly the connections came up (the
 	 * clients borrow; the server lends only) */
 	co.window_idle_ms = UINT_MAX;
-	rt_pair_init2(&p, loop, &so, &co);
-	for (i = 0; i < 20; i++) {
-		struct evr_conn_opts o = p.cli_opts;
+	rt_pair_init2(p, loop, &so, &co);
+	for (i = 0; i < POOL_CONNS; i++) {
+		struct evr_conn_opts o = p->cli_opts;
 
 		o.arg = &cli[i];
-		assert_int_equal(evr_connect(p.cctx, rt_addr(),
-					     evr_listener_port(p.l), &o, NULL),
+		assert_int_equal(evr_connect(p->cctx, rt_addr(),
+					     evr_listener_port(p->l), &o, NULL),
 				 0);
 	}
-	(void)rt_run_until(loop, all_up, &p, 20); /* the asserts say why */
-	for (i = 0; i < 20; i++) {
+	(void)rt_run_until(loop, all_up, &t, 20); /* the asserts say why */
+	for (i = 0; i < POOL_CONNS; i++) {
 		assert_int_equal(cli[i].connects, 1);
 		assert_int_equal(cli[i].connect_status, 0);
 	}
-	assert_int_equal(p.accepts, 20);
-	assert_int_equal(p.srv.connects, 20);
-	assert_int_equal(p.srv.connect_status, 0);
-	evr_ctx_stats(p.ctx, &st);
-	printf("# 20 connections: pool of %u buffers (%llu bytes), %u lent; "
+	assert_int_equal(p->accepts, POOL_CONNS);
+	assert_int_equal(p->srv.connects, POOL_CONNS);
+	assert_int_equal(p->srv.connect_status, 0);
+	evr_ctx_stats(p->ctx, &st);
+	printf("# %d connections: pool of %u buffers (%llu bytes), %u lent; "
 	       "a queue each would post %u; %u bytes of state per "
 	       "connection\n",
-	       st.srq_buffers, (unsigned long long)st.srq_bytes, st.srq_lent,
-	       20 * 64, st.conn_bytes);
-	assert_int_equal(st.conns, 20);
+	       POOL_CONNS, st.srq_buffers, (unsigned long long)st.srq_bytes,
+	       st.srq_lent, POOL_CONNS * 64, st.conn_bytes);
+	assert_int_equal(st.conns, POOL_CONNS);
 	assert_true(st.srq_bytes >= (uint64_t)st.srq_buffers * 8192);
 	assert_true(st.srq_bytes <= st.pool_bytes);
-	assert_int_equal(st.srq_lent, 20 * 8);
+	assert_int_equal(st.srq_lent, POOL_CONNS * 8);
 	assert_true(st.srq_buffers <= 512);
 	assert_true(st.srq_lent <= st.srq_posted);
-	for (i = 0; i < 20; i++)
+	for (i = 0; i < POOL_CONNS; i++)
 		if (cli[i].conn)
 			assert_int_equal(evr_conn_close(cli[i].conn, 0), 0);
-	(void)rt_run_until(loop, all_gone, p.ctx, 20); /* the asserts say */
-	evr_ctx_stats(p.ctx, &st);
+	(void)rt_run_until(loop, all_gone, p->ctx, 20); /* the asserts say */
+	evr_ctx_stats(p->ctx, &st);
 	assert_int_equal(st.conns, 0);
 	assert_int_equal(st.srq_lent, 0);
-	evr_listener_close(p.l);
-	evr_ctx_destroy(p.cctx);
-	evr_ctx_destroy(p.ctx);
+	evr_listener_close(p->l);
+	evr_ctx_destroy(p->cctx);
+	evr_ctx_destroy(p->ctx);
 	ev_loop_destroy(loop);
 }
 
