@@ -1442,16 +1442,29 @@ static int rw_got(void *arg)
 /* The receives of each ctx's one connection: recv_depth posted when its
  * QP was set up, plus one re-post for every message that consumed one
  * (the peer's data messages and its explicit credit updates) and was not
- * held. */
+ * held.  After n messages to the server: the stats of both ctxs, and the
+ * server's and the client's expected recv_wrs. */
+struct rw_books {
+	struct evr_stats s, c;
+	uint64_t s_want, c_want;
+};
+
+static void rw_books(struct rw *f, int n, struct rw_books *b)
+{
+	evr_ctx_stats(f->p.ctx, &b->s);
+	evr_ctx_stats(f->p.cctx, &b->c);
+	b->s_want = RW_DEPTH + (uint64_t)(n - f->nheld) +
+		    b->c.credit_updates;
+	b->c_want = RW_DEPTH + (uint64_t)f->echoes + b->s.credit_updates;
+}
+
 static bool rw_balanced(struct rw *f, int n)
 {
-	struct evr_stats s, c;
+	struct rw_books b;
 
-	evr_ctx_stats(f->p.ctx, &s);
-	evr_ctx_stats(f->p.cctx, &c);
-	return s.msgs_recv == (uint64_t)n &&
-	       s.recv_wrs == RW_DEPTH + n - f->nheld + c.credit_updates &&
-	       c.recv_wrs == RW_DEPTH + f->echoes + s.credit_updates;
+	rw_books(f, n, &b);
+	return b.s.msgs_recv == (uint64_t)n && b.s.recv_wrs == b.s_want &&
+	       b.c.recv_wrs == b.c_want;
 }
 
 static int rw_settled(void *arg)
@@ -1471,21 +1484,19 @@ static void rw_settle(struct ev_loop *loop, struct rw_wait *w)
 
 static void rw_check(struct rw *f, int n, const char *name)
 {
-	struct evr_stats s, c;
+	struct rw_books b;
 
-	evr_ctx_stats(f->p.ctx, &s);
-	evr_ctx_stats(f->p.cctx, &c);
+	rw_books(f, n, &b);
 	printf("# %s: server recv_wrs %llu (%d messages, %llu credit "
 	       "updates from the client); client recv_wrs %llu (%d echoes, "
 	       "%llu credit updates from the server)\n",
-	       name, (unsigned long long)s.recv_wrs, n,
-	       (unsigned long long)c.credit_updates,
-	       (unsigned long long)c.recv_wrs, f->echoes,
-	       (unsigned long long)s.credit_updates);
-	assert_int_equal(s.msgs_recv, n);
-	assert_int_equal(s.recv_wrs,
-			 RW_DEPTH + n - f->nheld + c.credit_updates);
-	assert_int_equal(c.recv_wrs, RW_DEPTH + f->echoes + s.credit_updates);
+	       name, (unsigned long long)b.s.recv_wrs, n,
+	       (unsigned long long)b.c.credit_updates,
+	       (unsigned long long)b.c.recv_wrs, f->echoes,
+	       (unsigned long long)b.s.credit_updates);
+	assert_int_equal(b.s.msgs_recv, n);
+	assert_int_equal(b.s.recv_wrs, b.s_want);
+	assert_int_equal(b.c.recv_wrs, b.c_want);
 }
 
 static void test_recv_wrs(void **state)
