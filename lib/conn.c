@@ -202,6 +202,22 @@ static void send_wc(struct evr__wr *w, const struct ibv_wc *wc)
 		evr__conn_dirty(c);
 }
 
+/* The completion of a WR posted without an op: never signaled, so an
+ * error, or a flush, whose conn fails or is failing (as send_wc). */
+static void direct_wc(struct evr__wr *w, const struct ibv_wc *wc)
+{
+	evr_conn *c = evr__container_of(w, evr_conn, direct_wr);
+	int status = evr__wc_errno(wc->status);
+
+	c->last_act = ev_now(c->ctx->loop);
+	evr__sq_complete_direct(&c->sq, status);
+	if (status)
+		evr__conn_fail(c, c->peer_bye ? -ESHUTDOWN
+					      : evr__wc_conn_errno(wc->status));
+	else if (!evr__conn_open(c))
+		evr__conn_kick(c);
+}
+
 struct evr__op *evr__conn_op_new(evr_conn *c, uint8_t kind,
 				 const struct evr__op_class *cls)
 {
@@ -501,6 +517,8 @@ int evr__conn_setup_qp(evr_conn *c)
 	c->qp = c->id->qp;
 	evr__sq_init(&c->sq, c->qp, ctx->o.sq_depth, ctx->o.signal_interval,
 		     evr__op_complete, &ctx->st, &ctx->chain);
+	c->direct_wr.conn = c;
+	c->direct_wr.done = direct_wc;
 	/* what it got (rdma_create_qp wrote it back): no more than asked */
 	c->sq.max_inline = EVR__MIN(a.cap.max_inline_data, qp_caps[i].inl);
 	c->sq.sge2 = a.cap.max_send_sge >= EVR__WR_SGES &&
@@ -1408,6 +1426,7 @@ void evr__conn_flush(evr_conn *c)
 	evr_ctx *ctx = c->ctx;
 	bool later = false;
 
+	c->direct_sent = false;
 	if (!evr__list_empty(&c->repost)) {
 		if (c->srq && evr__conn_up(c) && evr__conn_can_post(c)) {
 			later = evr__bank_spare(&ctx->bank) >= 2 * c->nrepost;

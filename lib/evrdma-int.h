@@ -257,6 +257,9 @@ struct evr__op {
 	bool split;
 	uint8_t ihdr_len;
 	uint16_t iovcnt;    /* EAGER/RNDV from iovecs, until built */
+	/* on sq->posted: WRs posted without an op after this one, before
+	 * the next op (evr__sq_post_direct) */
+	uint32_t anon_after;
 	uint8_t call_flags; /* EAGER/RNDV: EVR_F_CALL or EVR_F_REPLY, or 0 */
 	uint32_t call_id;   /* with call_flags: the call's id */
 	uint8_t ihdr[EVR__HDR_BYTES + 4];
@@ -318,6 +321,9 @@ struct evr__sq {
 	 * also when its last WR is quiet */
 	bool waiting;
 	struct evr__list posted; /* posted ops in order (outstanding of them) */
+	/* unsignaled WRs posted without an op (evr__sq_post_direct) before
+	 * the first op on posted; those after an op are its anon_after */
+	unsigned anon_head;
 	struct evr__list batch;	 /* ops chained, not yet posted */
 	unsigned nbatch;	 /* ops on batch */
 	evr__sq_done_fn done;	/* completion of each op, in order */
@@ -344,21 +350,40 @@ void evr__sq_add(struct evr__sq *sq, struct evr__op *op);
  * that fits the array.  On failure the ops that were not posted are
  * completed through done() with the error, and it is returned. */
 int evr__sq_commit(struct evr__sq *sq);
-/* The last posted WR is unsignaled (a quiet op's): it, and the quiet ops
- * before it, complete only with a later signaled WR. */
+/*
+ * Post one unsignaled WR that has no op (the direct path of a quiet
+ * message, msg.c): its wr_id names no op, so that its completion -- only
+ * an error or a flush, it is never signaled -- goes to
+ * evr__sq_complete_direct().  The caller checked that the batch is empty,
+ * that there is room and that the WR need not be signaled
+ * (evr__sq_direct_ok()).  0, or the post's error (nothing posted).
+ */
+int evr__sq_post_direct(struct evr__sq *sq, struct ibv_send_wr *wr);
+static inline bool evr__sq_direct_ok(const struct evr__sq *sq)
+{
+	return sq->nbatch == 0 && evr__sq_room(sq) > 0 &&
+	       sq->unsig_run + 1 < sq->interval;
+}
+/* The last posted WR is unsignaled (a quiet op's, or one without an op):
+ * it, and the quiet WRs before it, complete only with a later signaled
+ * WR. */
 static inline bool evr__sq_open_tail(const struct evr__sq *sq)
 {
 	const struct evr__op *last;
 
 	if (evr__list_empty(&sq->posted))
-		return false;
+		return sq->anon_head > 0;
 	last = evr__list_entry(evr__list_last(&sq->posted), struct evr__op,
 			       h.link);
-	return !(last->send_flags & IBV_SEND_SIGNALED);
+	return last->anon_after > 0 || !(last->send_flags & IBV_SEND_SIGNALED);
 }
 /* A send completion for op (signaled, or any op in error): completes every
  * posted op up to and including op, in order. */
 void evr__sq_complete(struct evr__sq *sq, struct evr__op *op, int status);
+/* The completion (an error or a flush) of a WR posted without an op: the
+ * first such WR not known complete.  Completes every posted op before it,
+ * in order. */
+void evr__sq_complete_direct(struct evr__sq *sq, int status);
 /* Complete every posted op with status (QP destroyed without flushes). */
 void evr__sq_abandon(struct evr__sq *sq, int status);
 
@@ -663,6 +688,12 @@ struct evr_conn {
 	struct evr__list ctrlq; /* control messages and rendezvous reads */
 	size_t queued_bytes;
 	struct evr__sq sq;
+	/* the wr_id of the WRs posted without an op (msg.c send_direct):
+	 * their errors and flushes come back through it */
+	struct evr__wr direct_wr;
+	/* a message went the direct way since the last flush: the next ones
+	 * wait for the flush, in one batch */
+	bool direct_sent;
 	struct evr__list rndv_wait; /* rendezvous sends awaiting FIN, by id */
 	uint32_t next_rndv_id;
 	uint32_t expect_fin_id;

@@ -22,6 +22,14 @@
  * each one, in posting order.  A WR that fails produces a completion
  * whether signaled or not; the WRs before it had succeeded (in-order
  * execution), those after it are flushed.
+ *
+ * A reply's direct way (msg.c send_direct) posts a WR with no op: never
+ * signaled, it is counted where it falls in the FIFO (sq->anon_head
+ * before the first op, op->anon_after after one), so the completion of
+ * the next op covers it too, and its own flush or error completion
+ * (evr__sq_complete_direct) completes the ops before it.  The direct way
+ * is open only while no batch is, and only for WRs the interval lets go
+ * unsignaled.
  */
 #include "evrdma-int.h"
 
@@ -43,6 +51,7 @@ void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
 	sq->unsig_run = 0;
 	sq->waiting = false;
 	evr__list_init(&sq->posted);
+	sq->anon_head = 0;
 	evr__list_init(&sq->batch);
 	sq->nbatch = 0;
 	sq->done = done;
@@ -170,7 +179,10 @@ static EVR__ALWAYS_INLINE int post_chain(struct evr__sq *sq, unsigned n,
 	}
 	/* WRs before `bad` were posted (all of them on success) */
 	for (i = 0; i < n && &wrs[i] != bad; i++) {
-		evr__list_add_tail(&sq->posted, &batch_pop(sq)->h.link);
+		struct evr__op *op = batch_pop(sq);
+
+		op->anon_after = 0;
+		evr__list_add_tail(&sq->posted, &op->h.link);
 		sq->outstanding++;
 		if (sq->st)
 			sq->st->send_wrs++;
@@ -219,6 +231,42 @@ int evr__sq_commit(struct evr__sq *sq)
 	return rc;
 }
 
+int evr__sq_post_direct(struct evr__sq *sq, struct ibv_send_wr *wr)
+{
+	struct ibv_send_wr *bad;
+	int rc = evr__post_send(sq->qp, wr, &bad);
+
+	if (sq->st)
+		sq->st->post_send_calls++;
+	if (rc)
+		return rc;
+	if (evr__list_empty(&sq->posted))
+		sq->anon_head++;
+	else
+		evr__list_entry(evr__list_last(&sq->posted), struct evr__op,
+				h.link)
+		    ->anon_after++;
+	sq->outstanding++;
+	sq->unsig_run++;
+	if (sq->st)
+		sq->st->send_wrs++;
+	return 0;
+}
+
+/* Take the first posted op off the FIFO, with the WRs without an op
+ * before it, which are known complete with it; NULL when none is left. */
+static struct evr__op *posted_pop(struct evr__sq *sq)
+{
+	struct evr__op *op =
+		evr__list_pop_entry(&sq->posted, struct evr__op, h.link);
+
+	if (!op)
+		return NULL;
+	sq->outstanding -= 1 + sq->anon_head;
+	sq->anon_head = op->anon_after;
+	return op;
+}
+
 void evr__sq_complete(struct evr__sq *sq, struct evr__op *upto, int status)
 {
 	struct evr__op *op;
@@ -226,8 +274,7 @@ void evr__sq_complete(struct evr__sq *sq, struct evr__op *upto, int status)
 	 * flush, in which case they were flushed as well. */
 	int before = status == -ECANCELED ? -ECANCELED : 0;
 
-	while ((op = evr__list_pop_entry(&sq->posted, struct evr__op, h.link))) {
-		sq->outstanding--;
+	while ((op = posted_pop(sq))) {
 		if (op == upto) {
 			sq->done(op, status);
 			return;
@@ -236,14 +283,27 @@ void evr__sq_complete(struct evr__sq *sq, struct evr__op *upto, int status)
 	}
 }
 
+void evr__sq_complete_direct(struct evr__sq *sq, int status)
+{
+	struct evr__op *op;
+	int before = status == -ECANCELED ? -ECANCELED : 0;
+
+	while (sq->anon_head == 0 && (op = posted_pop(sq)))
+		sq->done(op, before);
+	if (sq->anon_head) {
+		sq->anon_head--;
+		sq->outstanding--;
+	}
+}
+
 void evr__sq_abandon(struct evr__sq *sq, int status)
 {
 	struct evr__op *op;
 
-	while ((op = evr__list_pop_entry(&sq->posted, struct evr__op, h.link))) {
-		sq->outstanding--;
+	while ((op = posted_pop(sq)))
 		sq->done(op, status);
-	}
+	sq->outstanding -= sq->anon_head;
+	sq->anon_head = 0;
 	while ((op = batch_pop(sq)))
 		sq->done(op, status);
 }

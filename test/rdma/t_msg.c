@@ -1027,7 +1027,9 @@ static void test_send_copy(void **state)
  * per message; what is left unsignaled at the tail of the SQ must still
  * end when the conn does: with the BYE of a graceful close, or with the
  * marker a flush posts behind it (lib/conn.c seal_sq) -- not by the flush
- * waiting out its time bound, which logs a warning.                       */
+ * waiting out its time bound, which logs a warning.  The echoes and the
+ * pings sent from on_recv go the direct way (lib/msg.c send_direct), WRs
+ * without an op, which the same ends must complete.                      */
 
 #define QN   50 /* 3 * 16 + 2: the SQ ends with 2 quiet, unsignaled WRs */
 #define QLEN 64
@@ -1134,6 +1136,15 @@ static void quiet_case(enum rt_path path, bool abort_close)
 	assert_int_equal(st.bytes_sent, 2 * QN * QLEN);
 	assert_int_equal(st.send_wrs - st.credit_updates, 2 * QN);
 	assert_true(st.signaled_wrs <= 2 * (QN / 16) + st.credit_updates);
+	/* the replies (all sends but the first ping) go the direct way but
+	 * for those the signal interval sends through the queue: at most
+	 * one in 16, plus one after each credit update */
+	printf("# %s: %llu of %d messages sent the direct way\n",
+	       rt_path_name(path), (unsigned long long)st.direct_sends,
+	       2 * QN);
+	assert_true(st.direct_sends <= 2 * QN - 1);
+	assert_true(st.direct_sends + 2 * (QN / 16 + 1) + st.credit_updates >=
+		    2 * QN - 1);
 
 	if (abort_close) {
 		/* the client's flush seals its quiet tail; the server's

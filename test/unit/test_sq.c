@@ -12,7 +12,9 @@
  * for success, flush and error; a post failing in the middle of a chain
  * keeps the prefix posted and fails the rest, also when a later chain of
  * the batch fails; abandon completes everything
- * once; and the room accounting never wraps and returns to zero.
+ * once; the room accounting never wraps and returns to zero; and WRs
+ * posted without an op (evr__sq_post_direct) take slots until the next
+ * op's completion, or their own flush or error, tells they are done.
  */
 #include "config.h"
 
@@ -103,13 +105,26 @@ static struct evr__op *last_posted(struct evr__sq *sq)
 			       h.link);
 }
 
+/* WRs posted without an op on the SQ: those at the head of the posted
+ * FIFO and those after each op. */
+static unsigned anon_total(const struct evr__sq *sq)
+{
+	const struct evr__list *pos;
+	unsigned n = sq->anon_head;
+
+	evr__list_for_each(pos, &sq->posted)
+		n += evr__list_entry(pos, const struct evr__op, h.link)
+			 ->anon_after;
+	return n;
+}
+
 static void check_room(const struct evr__sq *sq)
 {
 	assert_int_equal(sq->nbatch, qlen(&sq->batch));
 	assert_true(sq->outstanding + sq->nbatch <= sq->depth);
 	assert_int_equal(evr__sq_room(sq),
 			 sq->depth - sq->outstanding - sq->nbatch);
-	assert_int_equal(sq->outstanding, qlen(&sq->posted));
+	assert_int_equal(sq->outstanding, qlen(&sq->posted) + anon_total(sq));
 }
 
 static void add_range(struct evr__sq *sq, unsigned from, unsigned n)
@@ -781,6 +796,151 @@ static void test_abandon(void **state)
 	assert_int_equal(mock.post_send_calls, 1);
 }
 
+/* One direct WR (evr__sq_post_direct), its wr_id DIRECT_ID. */
+#define DIRECT_ID ((uint64_t)0xd1ec7)
+static int post_direct(struct evr__sq *sq)
+{
+	struct ibv_send_wr wr;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = DIRECT_ID;
+	wr.opcode = IBV_WR_SEND;
+	wr.send_flags = IBV_SEND_INLINE;
+	return evr__sq_post_direct(sq, &wr);
+}
+
+/*
+ * WRs posted without an op (a reply's direct way): each takes a slot and
+ * counts towards the signal interval; never signaled, they are known
+ * complete with the next op's completion, once each, in order.  A flush
+ * or an error completion of one completes the ops before it.  The direct
+ * way is closed while a batch is open, when the interval is one WR away,
+ * and when the SQ is full; a failed post counts nothing.
+ */
+static void test_direct(void **state)
+{
+	struct evr_stats st;
+	struct evr__sq sq;
+	unsigned i;
+
+	(void)state;
+	memset(&st, 0, sizeof(st));
+	evr__sq_init(&sq, FAKE_QP, 64, 8, on_done, &st, chain_of(64));
+	assert_true(evr__sq_direct_ok(&sq));
+	assert_int_equal(post_direct(&sq), 0);
+	assert_int_equal(post_direct(&sq), 0);
+	assert_int_equal(sq.anon_head, 2);
+	assert_int_equal(sq.unsig_run, 2);
+	assert_true(evr__sq_open_tail(&sq));
+	check_room(&sq);
+	assert_int_equal(mock.post_send_calls, 2);
+	assert_true(mock_wrs.send[0].wr_id == DIRECT_ID);
+	assert_false(mock_wrs.send[0].flags & IBV_SEND_SIGNALED);
+	assert_int_equal(st.send_wrs, 2);
+	assert_int_equal(st.post_send_calls, 2);
+
+	/* a quiet op, another direct WR, then an op that waits: signaled */
+	ops[0].quiet = true;
+	add_range(&sq, 0, 1);
+	assert_false(evr__sq_direct_ok(&sq)); /* the batch is open */
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_false(signaled(&ops[0]));
+	assert_int_equal(post_direct(&sq), 0);
+	assert_int_equal(ops[0].anon_after, 1);
+	assert_true(evr__sq_open_tail(&sq));
+	add_range(&sq, 1, 1);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_true(signaled(&ops[1]));
+	assert_false(evr__sq_open_tail(&sq));
+	assert_int_equal(sq.outstanding, 5);
+	check_room(&sq);
+	evr__sq_complete(&sq, &ops[1], 0);
+	assert_int_equal(sq.outstanding, 0);
+	assert_int_equal(sq.anon_head, 0);
+	assert_int_equal(done_log.n, 2);
+	for (i = 0; i < 2; i++) {
+		assert_ptr_equal(done_log.op[i], &ops[i]);
+		assert_int_equal(done_log.status[i], 0);
+	}
+
+	/* the interval: after 6 direct WRs the 7th would need the 8th to be
+	 * signaled by an op, so the direct way closes at 7 */
+	for (i = 0; i < 7; i++) {
+		assert_true(evr__sq_direct_ok(&sq));
+		assert_int_equal(post_direct(&sq), 0);
+	}
+	assert_false(evr__sq_direct_ok(&sq));
+	add_range(&sq, 2, 1); /* the 8th: signaled although quiet */
+	ops[2].quiet = true;
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_true(signaled(&ops[2]));
+	assert_true(evr__sq_direct_ok(&sq));
+	evr__sq_complete(&sq, &ops[2], 0);
+	assert_int_equal(sq.outstanding, 0);
+	assert_int_equal(done_log.n, 3);
+
+	/* a flush: direct, quiet op, direct, direct -- each CQE in order */
+	assert_int_equal(post_direct(&sq), 0);
+	ops[3].quiet = true;
+	add_range(&sq, 3, 1);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_int_equal(post_direct(&sq), 0);
+	assert_int_equal(post_direct(&sq), 0);
+	check_room(&sq);
+	evr__sq_complete_direct(&sq, -ECANCELED);
+	assert_int_equal(done_log.n, 3);
+	assert_int_equal(sq.outstanding, 3);
+	evr__sq_complete(&sq, &ops[3], -ECANCELED);
+	assert_int_equal(done_log.n, 4);
+	assert_int_equal(done_log.status[3], -ECANCELED);
+	assert_int_equal(sq.outstanding, 2);
+	evr__sq_complete_direct(&sq, -ECANCELED);
+	evr__sq_complete_direct(&sq, -ECANCELED);
+	assert_int_equal(sq.outstanding, 0);
+	check_room(&sq);
+
+	/* an error on a direct WR: the quiet op before it had succeeded */
+	ops[4].quiet = true;
+	add_range(&sq, 4, 1);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_int_equal(post_direct(&sq), 0);
+	evr__sq_complete_direct(&sq, -ETIMEDOUT);
+	assert_int_equal(done_log.n, 5);
+	assert_ptr_equal(done_log.op[4], &ops[4]);
+	assert_int_equal(done_log.status[4], 0);
+	assert_int_equal(sq.outstanding, 0);
+
+	/* a failed post counts nothing */
+	mock.post_send_rc = ENOMEM;
+	assert_int_equal(post_direct(&sq), ENOMEM);
+	assert_int_equal(sq.outstanding, 0);
+	assert_int_equal(sq.anon_head, 0);
+	mock.post_send_rc = 0;
+
+	/* abandon: the direct WRs' slots come back too */
+	assert_int_equal(post_direct(&sq), 0);
+	ops[5].quiet = true;
+	add_range(&sq, 5, 1);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_int_equal(post_direct(&sq), 0);
+	evr__sq_abandon(&sq, -ECONNRESET);
+	assert_int_equal(sq.outstanding, 0);
+	assert_int_equal(sq.anon_head, 0);
+	assert_int_equal(done_log.n, 6);
+	assert_int_equal(done_log.status[5], -ECONNRESET);
+	assert_int_equal(evr__sq_room(&sq), 64);
+
+	/* a full SQ: no direct way */
+	evr__sq_init(&sq, FAKE_QP, 4, 4, on_done, NULL, chain_of(4));
+	assert_int_equal(sq.interval, 2);
+	add_range(&sq, 6, 4);
+	assert_int_equal(evr__sq_commit(&sq), 0);
+	assert_int_equal(evr__sq_room(&sq), 0);
+	assert_false(evr__sq_direct_ok(&sq));
+	for (i = 0; i < 6; i++)
+		assert_int_equal(times_done[i], 1);
+}
+
 /* Fill to the brim repeatedly, completing at random points: room stays
  * within [0, depth] and every op completes exactly once, in order. */
 static void test_room_accounting(void **state)
@@ -841,6 +1001,7 @@ int main(void)
 	    cmocka_unit_test_setup(test_single_op, setup),
 	    cmocka_unit_test_setup(test_abandon, setup),
 	    cmocka_unit_test_setup(test_room_accounting, setup),
+	    cmocka_unit_test_setup(test_direct, setup),
 	};
 
 	return cmocka_run_group_tests_name("sq", tests, NULL, NULL);
