@@ -113,7 +113,8 @@ static unsigned anon_total(const struct evr__sq *sq)
 	unsigned n = sq->anon_head;
 
 	evr__list_for_each(pos, &sq->posted)
-		n += evr__list_entry(pos, const struct evr__op, h.link)
+		n += ((const struct evr__op *)((const char *)pos -
+					       offsetof(struct evr__op, h.link)))
 			 ->anon_after;
 	return n;
 }
