@@ -182,14 +182,10 @@ void evr__conn_set_peer(evr_conn *c, const struct evr__hs *hs)
  * in the SQ (nothing else would flush them, e.g. one-sided writes beyond
  * the SQ depth) go now.
  */
-static void send_wc(struct evr__wr *w, const struct ibv_wc *wc)
+/* The end of a send completion, once the SQ has counted it: a failure
+ * fails the conn, a success may let a closing conn go on. */
+static void send_wc_end(evr_conn *c, const struct ibv_wc *wc, int status)
 {
-	struct evr__op *op = evr__op_of(w);
-	evr_conn *c = op->h.conn;
-	int status = evr__wc_errno(wc->status);
-
-	c->last_act = ev_now(c->ctx->loop); /* a sign of life (keepalive) */
-	evr__sq_complete(&c->sq, op, status);
 	if (status)
 		/* after the peer's BYE, a send that fails (a keepalive
 		 * probe that met its QP gone) is the peer leaving as it
@@ -198,6 +194,17 @@ static void send_wc(struct evr__wr *w, const struct ibv_wc *wc)
 					      : evr__wc_conn_errno(wc->status));
 	else if (!evr__conn_open(c))
 		evr__conn_kick(c);
+}
+
+static void send_wc(struct evr__wr *w, const struct ibv_wc *wc)
+{
+	struct evr__op *op = evr__op_of(w);
+	evr_conn *c = op->h.conn;
+	int status = evr__wc_errno(wc->status);
+
+	c->last_act = ev_now(c->ctx->loop); /* a sign of life (keepalive) */
+	evr__sq_complete(&c->sq, op, status);
+	send_wc_end(c, wc, status);
 	if (!evr__list_empty(&c->sendq) || !evr__list_empty(&c->ctrlq))
 		evr__conn_dirty(c);
 }
@@ -211,11 +218,7 @@ static void direct_wc(struct evr__wr *w, const struct ibv_wc *wc)
 
 	c->last_act = ev_now(c->ctx->loop);
 	evr__sq_complete_direct(&c->sq, status);
-	if (status)
-		evr__conn_fail(c, c->peer_bye ? -ESHUTDOWN
-					      : evr__wc_conn_errno(wc->status));
-	else if (!evr__conn_open(c))
-		evr__conn_kick(c);
+	send_wc_end(c, wc, status);
 }
 
 struct evr__op *evr__conn_op_new(evr_conn *c, uint8_t kind,

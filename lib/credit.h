@@ -129,15 +129,40 @@ static inline void evr__credit_got_update(struct evr__credit *c)
 	c->quiet++;
 }
 
-/* Credits to put in an outgoing header (all of them; capped to u16). */
-static inline uint16_t evr__credit_piggyback(struct evr__credit *c)
+/* Credits an outgoing header may carry (all we owe; capped to u16),
+ * still owed until evr__credit_carried() says they went out. */
+static inline uint16_t evr__credit_owed_now(const struct evr__credit *c)
 {
-	uint32_t n = c->owed > 0xffff ? 0xffff : c->owed;
+	return c->owed > 0xffff ? 0xffff : (uint16_t)c->owed;
+}
 
+/* A message went out carrying n credits (at most evr__credit_owed_now()). */
+static inline void evr__credit_carried(struct evr__credit *c, uint16_t n)
+{
 	c->owed -= n;
 	if (c->quiet > c->owed)
 		c->quiet = c->owed;
-	return (uint16_t)n;
+}
+
+/* Credits to put in an outgoing header, counted as sent at once: for a
+ * message that cannot fail to go once built (a failed post fails the
+ * conn). */
+static inline uint16_t evr__credit_piggyback(struct evr__credit *c)
+{
+	uint16_t n = evr__credit_owed_now(c);
+
+	evr__credit_carried(c, n);
+	return n;
+}
+
+/* A data message that evr__credit_can(c, false) allowed was posted,
+ * carrying n credits (evr__credit_owed_now()): its credit is spent and
+ * those are announced.  The direct way (msg.c) checks first and counts
+ * only once the post succeeded, so a failed post leaves nothing to undo. */
+static inline void evr__credit_sent(struct evr__credit *c, uint16_t n)
+{
+	c->avail--;
+	evr__credit_carried(c, n);
 }
 
 /*

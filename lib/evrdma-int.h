@@ -351,14 +351,17 @@ void evr__sq_add(struct evr__sq *sq, struct evr__op *op);
  * completed through done() with the error, and it is returned. */
 int evr__sq_commit(struct evr__sq *sq);
 /*
- * Post one unsignaled WR that has no op (the direct path of a quiet
- * message, msg.c): its wr_id names no op, so that its completion -- only
- * an error or a flush, it is never signaled -- goes to
- * evr__sq_complete_direct().  The caller checked that the batch is empty,
- * that there is room and that the WR need not be signaled
- * (evr__sq_direct_ok()).  0, or the post's error (nothing posted).
+ * Post one unsignaled SEND that has no op (the direct way of a quiet
+ * message, msg.c): the hlen bytes at hdr, then the len bytes of payload
+ * (len may be 0), inline -- the post copies them.  Its wr_id names no op,
+ * so that its completion -- only an error or a flush, it is never
+ * signaled -- goes to evr__sq_complete_direct().  The caller checked that
+ * the batch is empty, that there is room, that the WR need not be
+ * signaled (evr__sq_direct_ok()) and that hlen + len fit max_inline with
+ * sge2.  0, or the post's error (nothing posted).
  */
-int evr__sq_post_direct(struct evr__sq *sq, struct ibv_send_wr *wr);
+int evr__sq_post_direct(struct evr__sq *sq, const void *hdr, uint32_t hlen,
+			const void *payload, uint32_t len, uint64_t wr_id);
 static inline bool evr__sq_direct_ok(const struct evr__sq *sq)
 {
 	return sq->nbatch == 0 && evr__sq_room(sq) > 0 &&

@@ -157,6 +157,61 @@ static EVR__ALWAYS_INLINE int send_common(evr_conn *c, const void *buf,
 	return 0;
 }
 
+/*
+ * The direct way of a reply (docs/architecture.md): a small message
+ * without a callback -- a plain one (flags 0), or a call's reply
+ * (EVR_F_REPLY, its id) -- sent from on_recv or on_request on an
+ * established conn with nothing queued or batched, a data credit and
+ * room in the SQ, goes from evr_send() or evr_reply() to ibv_post_send()
+ * at once: inline, in two pieces (the header, and a reply's id, here;
+ * the payload from the caller's buffer; both copied by the post),
+ * unsignaled, and without an op.  Its WR is counted in the SQ
+ * (evr__sq_post_direct), and only an error or a flush of it comes back,
+ * through c->direct_wr.  It carries the credits owed so far; the receive
+ * of the message it answers is re-posted after the callback returns, and
+ * its credit goes with the next message or update.  One message a flush
+ * goes this way: further sends from the same round wait for the flush and
+ * go in one batch, as before, so streams keep their batching.  Returns 0
+ * once posted, 1 when the message must take the queue (also when the
+ * post fails: the flush then posts it again, and fails the conn).
+ */
+static EVR__ALWAYS_INLINE int send_direct(evr_conn *c, const void *buf,
+					  size_t len, uint8_t flags,
+					  uint32_t id)
+{
+	evr_ctx *ctx = c->ctx;
+	struct evr__hdr h;
+	uint8_t hdr[EVR_HDR_SIZE + EVR_CALL_ID_SIZE];
+	uint32_t hlen = EVR_HDR_SIZE + (flags ? EVR_CALL_ID_SIZE : 0);
+
+	if (!c->in_recv || c->direct_sent || c->state != EVR_CS_ESTABLISHED ||
+	    !c->sq.sge2 || c->sq.max_inline < hlen ||
+	    len > c->sq.max_inline - hlen ||
+	    len > eager_limit(c) - (hlen - EVR_HDR_SIZE) ||
+	    !evr__list_empty(&c->sendq) || !evr__list_empty(&c->ctrlq) ||
+	    !evr__sq_direct_ok(&c->sq) || ctx->quiet_off ||
+	    !evr__credit_can(&c->cr, false))
+		return 1;
+	h.type = EVR_T_EAGER;
+	h.flags = flags; /* nothing queued behind it: no EVR_F_WANT */
+	h.len = (uint32_t)(hlen - EVR_HDR_SIZE + len);
+	h.credits = evr__credit_owed_now(&c->cr);
+	evr__hdr_encode(hdr, &h);
+	if (flags)
+		evr__call_id_encode(hdr + EVR_HDR_SIZE, id);
+	if (evr__sq_post_direct(&c->sq, hdr, hlen, buf, (uint32_t)len,
+				(uintptr_t)&c->direct_wr))
+		return 1; /* not sent: the queue sends it */
+	evr__credit_sent(&c->cr, h.credits);
+	c->direct_sent = true;
+	c->sent_data = true; /* not idle (on_idle) */
+	ctx->answer_posts++;
+	ctx->st.msgs_sent++;
+	ctx->st.bytes_sent += len;
+	ctx->st.direct_sends++;
+	return 0;
+}
+
 int evr__msg_send_call(evr_conn *c, const void *buf, size_t len,
 		       uint8_t flags, uint32_t id, evr_op_cb cb, void *arg,
 		       struct evr__op **opp)
@@ -208,80 +263,13 @@ int evr__msg_send_cancel(evr_conn *c, uint32_t id)
 	return 0;
 }
 
-/*
- * The direct way of a reply (docs/architecture.md): a small message
- * without a callback, sent from on_recv on an established conn with
- * nothing queued or batched, a data credit and room in the SQ, goes from
- * evr_send() to ibv_post_send() at once -- inline, in two pieces (the
- * header here, the payload from the caller's buffer, both copied by the
- * post), unsignaled, and without an op: its WR is counted in the SQ
- * (evr__sq_post_direct), and only an error or a flush of it comes back,
- * through c->direct_wr.  It carries the credits owed so far; the receive
- * of the message it answers is re-posted after on_recv returns, and its
- * credit goes with the next message or update.  One message a flush goes
- * this way: further sends from the same round wait for the flush and go
- * in one batch, as before, so streams keep their batching.  Returns 0
- * once posted, 1 when the message must take the queue (also when the
- * post fails: the flush then posts it again, and fails the conn).
- */
-static EVR__ALWAYS_INLINE int send_direct(evr_conn *c, const void *buf,
-					  size_t len)
-{
-	evr_ctx *ctx = c->ctx;
-	struct evr__hdr h;
-	uint8_t hdr[EVR_HDR_SIZE];
-	struct ibv_sge sge[2];
-	struct ibv_send_wr wr;
-	uint32_t owed, quiet;
-
-	if (!c->in_recv || c->direct_sent || c->state != EVR_CS_ESTABLISHED ||
-	    !c->sq.sge2 || c->sq.max_inline < EVR_HDR_SIZE ||
-	    len > c->sq.max_inline - EVR_HDR_SIZE || len > eager_limit(c) ||
-	    !evr__list_empty(&c->sendq) || !evr__list_empty(&c->ctrlq) ||
-	    !evr__sq_direct_ok(&c->sq) || ctx->quiet_off ||
-	    !evr__credit_can(&c->cr, false))
-		return 1;
-	owed = c->cr.owed;
-	quiet = c->cr.quiet;
-	h.type = EVR_T_EAGER;
-	h.flags = 0; /* nothing queued behind it: no EVR_F_WANT */
-	h.len = (uint32_t)len;
-	h.credits = evr__credit_piggyback(&c->cr);
-	evr__hdr_encode(hdr, &h);
-	sge[0].addr = (uintptr_t)hdr;
-	sge[0].length = EVR_HDR_SIZE;
-	sge[0].lkey = 0;
-	sge[1].addr = (uintptr_t)buf;
-	sge[1].length = (uint32_t)len;
-	sge[1].lkey = 0;
-	wr.wr_id = (uintptr_t)&c->direct_wr;
-	wr.next = NULL;
-	wr.sg_list = sge;
-	wr.num_sge = len ? 2 : 1;
-	wr.opcode = IBV_WR_SEND;
-	wr.send_flags = IBV_SEND_INLINE;
-	if (evr__sq_post_direct(&c->sq, &wr)) {
-		c->cr.owed = owed; /* not sent: the queue sends it */
-		c->cr.quiet = quiet;
-		return 1;
-	}
-	c->cr.avail--; /* its credit (evr__credit_can above) */
-	c->direct_sent = true;
-	c->sent_data = true; /* not idle (on_idle) */
-	ctx->answer_posts++;
-	ctx->st.msgs_sent++;
-	ctx->st.bytes_sent += len;
-	ctx->st.direct_sends++;
-	return 0;
-}
-
 int evr_send(evr_conn *c, const void *buf, size_t len, evr_op_cb cb,
 	     void *arg)
 {
 	if (!buf && len)
 		return -EINVAL;
 	EVR_CONN_OWNER(c);
-	if (!cb && c && send_direct(c, buf, len) == 0)
+	if (!cb && c && send_direct(c, buf, len, 0, 0) == 0)
 		return 0;
 	return send_common(c, buf, NULL, 0, len, cb, arg, true, NULL);
 }

@@ -231,11 +231,28 @@ int evr__sq_commit(struct evr__sq *sq)
 	return rc;
 }
 
-int evr__sq_post_direct(struct evr__sq *sq, struct ibv_send_wr *wr)
+int evr__sq_post_direct(struct evr__sq *sq, const void *hdr, uint32_t hlen,
+			const void *payload, uint32_t len, uint64_t wr_id)
 {
-	struct ibv_send_wr *bad;
-	int rc = evr__post_send(sq->qp, wr, &bad);
+	struct ibv_send_wr wr, *bad;
+	struct ibv_sge sge[EVR__WR_SGES];
+	int rc;
 
+	/* inline, as build_wr's split case: the post copies both pieces, no
+	 * key is checked */
+	sge[0].addr = (uintptr_t)hdr;
+	sge[0].length = hlen;
+	sge[0].lkey = 0;
+	sge[1].addr = (uintptr_t)payload;
+	sge[1].length = len;
+	sge[1].lkey = 0;
+	wr.wr_id = wr_id;
+	wr.next = NULL;
+	wr.sg_list = sge;
+	wr.num_sge = len ? 2 : 1;
+	wr.opcode = IBV_WR_SEND;
+	wr.send_flags = IBV_SEND_INLINE;
+	rc = evr__post_send(sq->qp, &wr, &bad);
 	if (sq->st)
 		sq->st->post_send_calls++;
 	if (rc)
@@ -267,12 +284,18 @@ static struct evr__op *posted_pop(struct evr__sq *sq)
 	return op;
 }
 
+/* The status of the ops posted before a WR that completed with status:
+ * they succeeded (in-order execution) -- unless the failure is a flush,
+ * in which case they were flushed as well. */
+static int before_status(int status)
+{
+	return status == -ECANCELED ? -ECANCELED : 0;
+}
+
 void evr__sq_complete(struct evr__sq *sq, struct evr__op *upto, int status)
 {
 	struct evr__op *op;
-	/* Predecessors of a failed WR succeeded -- unless the failure is a
-	 * flush, in which case they were flushed as well. */
-	int before = status == -ECANCELED ? -ECANCELED : 0;
+	int before = before_status(status);
 
 	while ((op = posted_pop(sq))) {
 		if (op == upto) {
@@ -286,7 +309,7 @@ void evr__sq_complete(struct evr__sq *sq, struct evr__op *upto, int status)
 void evr__sq_complete_direct(struct evr__sq *sq, int status)
 {
 	struct evr__op *op;
-	int before = status == -ECANCELED ? -ECANCELED : 0;
+	int before = before_status(status);
 
 	while (sq->anon_head == 0 && (op = posted_pop(sq)))
 		sq->done(op, before);

@@ -143,6 +143,44 @@ static void test_piggyback(void **state)
 	assert_int_equal(c.owed, 0);
 }
 
+/* The direct way's pair: evr__credit_owed_now() reads what a header may
+ * carry and changes nothing (a post that fails leaves the books as they
+ * were); evr__credit_sent() then spends the message's credit and counts
+ * off what it carried, quiet ones first clamped as piggyback does. */
+static void test_owed_now_sent(void **state)
+{
+	struct evr__credit c;
+
+	(void)state;
+	evr__credit_init(&c, 16, 64);
+	evr__credit_reposted(&c, 4);
+	evr__credit_got_update(&c);
+	evr__credit_got_update(&c);
+	assert_int_equal(evr__credit_owed_now(&c), 4);
+	assert_int_equal(evr__credit_owed_now(&c), 4);
+	assert_int_equal(c.owed, 4);
+	assert_int_equal(c.quiet, 2);
+	assert_int_equal(c.avail, 16);
+	assert_true(evr__credit_can(&c, false));
+	evr__credit_sent(&c, evr__credit_owed_now(&c));
+	assert_int_equal(c.avail, 15);
+	assert_int_equal(c.owed, 0);
+	assert_int_equal(c.quiet, 0);
+
+	/* capped like piggyback; the rest stays owed, quiet at most that */
+	evr__credit_reposted(&c, 70000);
+	c.quiet = 70000;
+	assert_int_equal(evr__credit_owed_now(&c), 65535);
+	evr__credit_sent(&c, 65535);
+	assert_int_equal(c.avail, 14);
+	assert_int_equal(c.owed, 70000 - 65535);
+	assert_int_equal(c.quiet, 70000 - 65535);
+	/* nothing owed: the message still spends its credit */
+	evr__credit_sent(&c, 0);
+	assert_int_equal(c.avail, 13);
+	assert_int_equal(c.owed, 70000 - 65535);
+}
+
 /* An explicit update is due at max(2, my_depth / 4) owed credits. */
 static void test_need_update_threshold(void **state)
 {
@@ -760,6 +798,7 @@ int main(void)
 	    cmocka_unit_test(test_set_window),
 	    cmocka_unit_test(test_want),
 	    cmocka_unit_test(test_piggyback),
+	    cmocka_unit_test(test_owed_now_sent),
 	    cmocka_unit_test(test_need_update_threshold),
 	    cmocka_unit_test(test_update_does_not_echo),
 	    cmocka_unit_test(test_peer_starved),

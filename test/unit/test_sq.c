@@ -797,17 +797,15 @@ static void test_abandon(void **state)
 	assert_int_equal(mock.post_send_calls, 1);
 }
 
-/* One direct WR (evr__sq_post_direct), its wr_id DIRECT_ID. */
+/* One direct WR (evr__sq_post_direct), its wr_id DIRECT_ID: a 3-byte
+ * header and a 5-byte payload. */
 #define DIRECT_ID ((uint64_t)0xd1ec7)
+static const uint8_t direct_hdr[3] = {0xa1, 0xa2, 0xa3};
+static const uint8_t direct_pay[5] = {1, 2, 3, 4, 5};
 static int post_direct(struct evr__sq *sq)
 {
-	struct ibv_send_wr wr;
-
-	memset(&wr, 0, sizeof(wr));
-	wr.wr_id = DIRECT_ID;
-	wr.opcode = IBV_WR_SEND;
-	wr.send_flags = IBV_SEND_INLINE;
-	return evr__sq_post_direct(sq, &wr);
+	return evr__sq_post_direct(sq, direct_hdr, sizeof(direct_hdr),
+				   direct_pay, sizeof(direct_pay), DIRECT_ID);
 }
 
 /*
@@ -836,7 +834,12 @@ static void test_direct(void **state)
 	check_room(&sq);
 	assert_int_equal(mock.post_send_calls, 2);
 	assert_true(mock_wrs.send[0].wr_id == DIRECT_ID);
-	assert_false(mock_wrs.send[0].flags & IBV_SEND_SIGNALED);
+	assert_int_equal(mock_wrs.send[0].opcode, IBV_WR_SEND);
+	assert_int_equal(mock_wrs.send[0].flags, IBV_SEND_INLINE);
+	/* header then payload, gathered by the post */
+	assert_int_equal(mock_wrs.send[0].len, 8);
+	assert_memory_equal(mock_wrs.send[0].data, direct_hdr, 3);
+	assert_memory_equal(mock_wrs.send[0].data + 3, direct_pay, 5);
 	assert_int_equal(st.send_wrs, 2);
 	assert_int_equal(st.post_send_calls, 2);
 
@@ -940,6 +943,17 @@ static void test_direct(void **state)
 	assert_false(evr__sq_direct_ok(&sq));
 	for (i = 0; i < 6; i++)
 		assert_int_equal(times_done[i], 1);
+
+	/* no payload: the header alone, in one piece */
+	mock_reset();
+	evr__sq_init(&sq, FAKE_QP, 8, 4, on_done, NULL, chain_of(8));
+	assert_int_equal(evr__sq_post_direct(&sq, direct_hdr, 3, NULL, 0,
+					     DIRECT_ID),
+			 0);
+	assert_int_equal(mock_wrs.nsend, 1);
+	assert_int_equal(mock_wrs.send[0].len, 3);
+	assert_memory_equal(mock_wrs.send[0].data, direct_hdr, 3);
+	assert_int_equal(sq.anon_head, 1);
 }
 
 /* Fill to the brim repeatedly, completing at random points: room stays
