@@ -217,10 +217,16 @@ int evr__msg_send_call(evr_conn *c, const void *buf, size_t len,
 		       struct evr__op **opp)
 {
 	struct evr__op *op;
+	int err;
+
+	/* a reply without a callback may go at once (send_direct) */
+	if (!cb && !opp && (flags & EVR_F_REPLY) &&
+	    send_direct(c, buf, len, flags, id) == 0)
+		return 0;
 	/* a reply is no new work: the caller's max_calls bounds replies, the
 	 * send queue limit does not */
-	int err = send_common(c, buf, NULL, 0, len, cb, arg,
-			      !(flags & EVR_F_REPLY), &op);
+	err = send_common(c, buf, NULL, 0, len, cb, arg, !(flags & EVR_F_REPLY),
+			  &op);
 
 	if (err)
 		return err;

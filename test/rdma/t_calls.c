@@ -10,6 +10,9 @@
  *    sizes up to 1 MiB both ways, 0-byte requests and replies included:
  *    each callback fires once with 0 and the reply's bytes, and the
  *    statistics count what happened;
+ *  - replies without a callback, one call at a time: the small ones go
+ *    the direct way (direct_sends), the others through the queue, and
+ *    every call gets its own reply once;
  *  - a deadline that expires while the server holds the request: -ETIMEDOUT
  *    once, not early; the late answer is refused (-ECANCELED) or counted
  *    and dropped at the client (late_replies), never delivered;
@@ -126,6 +129,7 @@ struct ct {
 	bool poison;   /* overwrite a request in its callback */
 	bool hold_rep; /* evr_conn_hold in the call's callback */
 	bool hold_req; /* evr_conn_hold in on_request */
+	bool quiet_rep; /* evr_reply without a callback */
 	int drains, fired_at_drain;
 	int want; /* what the wait predicates wait for */
 	/* run_cancel_rndv: cancel victim from a callback of trig: its
@@ -162,13 +166,13 @@ static int ct_answer(struct ct *t, struct call *k)
 {
 	int rc;
 
-	(void)t;
 	assert_non_null(k->r);
 	free(k->rep);
 	k->rep = malloc(k->rep_len ? k->rep_len : 1);
 	assert_non_null(k->rep);
 	rt_fill(k->rep, k->rep_len, REP_SEQ(k->seq));
-	rc = evr_reply(k->r, k->rep, k->rep_len, ct_reply_done, k);
+	rc = evr_reply(k->r, k->rep, k->rep_len,
+		       t->quiet_rep ? NULL : ct_reply_done, k);
 	k->rep_rc = rc;
 	k->r = NULL;
 	return rc;
@@ -802,6 +806,75 @@ static void test_rndv_embed(void **state)
 	(void)state;
 	run_answered(RT_EMBED, rndv_sizes,
 		     sizeof(rndv_sizes) / sizeof(rndv_sizes[0]), "rendezvous");
+}
+
+/*
+ * Replies without a callback, answered from on_request, one call at a
+ * time: a small one goes the direct way (straight to the post, inline,
+ * no op; docs/architecture.md), which the sizes here test around the
+ * inline limit (a Soft-RoCE QP carries 128 bytes inline: 8 of header, 4
+ * of call id, up to 116 of reply), with one in five too large for it and
+ * sent through the queue.  Every call ends once with 0 and its own
+ * reply's bytes; the direct way took every small reply but those the
+ * signal interval sends through the queue (one in 16 of the server's
+ * WRs) and those behind a credit update.
+ */
+#define QR_N 100
+static const size_t quiet_rep_sizes[] = {0, 8, 64, 116, 1000};
+#define QR_NSIZES (sizeof(quiet_rep_sizes) / sizeof(quiet_rep_sizes[0]))
+
+static void run_quiet_replies(enum rt_path path)
+{
+	struct ct *t = ct_new(path, NULL);
+	struct evr_stats s0, s1;
+	uint64_t direct, updates, small = 0;
+
+	ct_connect(t);
+	t->how = SRV_ANSWER;
+	t->quiet_rep = true;
+	evr_ctx_stats(t->p.ctx, &s0);
+	for (int i = 0; i < QR_N; i++) {
+		size_t rep = quiet_rep_sizes[i % QR_NSIZES];
+
+		small += rep <= 116;
+		ct_call(t, 16, rep, LONG_MS);
+		ct_wait(t, ct_fired, i + 1, 30);
+	}
+	ct_settle(t);
+	for (int i = 0; i < QR_N; i++) {
+		ct_assert_ok(&t->calls[i]);
+		assert_int_equal(t->calls[i].rep_cbs, 0);
+	}
+	assert_int_equal(t->fired, QR_N);
+	assert_int_equal(t->rep_cbs, 0);
+	assert_int_equal(t->srv_bad, 0);
+	assert_int_equal(t->api_bad, 0);
+	evr_ctx_stats(t->p.ctx, &s1);
+	direct = s1.direct_sends - s0.direct_sends;
+	updates = s1.credit_updates - s0.credit_updates;
+	printf("# %s: %llu of %llu small replies sent the direct way "
+	       "(%llu credit updates)\n",
+	       rt_path_name(path), (unsigned long long)direct,
+	       (unsigned long long)small, (unsigned long long)updates);
+	assert_true(direct <= small);
+	assert_true(direct + QR_N / 16 + 1 + updates >= small);
+	assert_int_equal(s1.calls_ok - s0.calls_ok, QR_N);
+	assert_int_equal(s1.requests - s0.requests, QR_N);
+	ct_close(t);
+	assert_int_equal(t->api_bad, 0);
+	ct_free(t);
+}
+
+static void test_quiet_replies_libev(void **state)
+{
+	(void)state;
+	run_quiet_replies(RT_LIBEV);
+}
+
+static void test_quiet_replies_embed(void **state)
+{
+	(void)state;
+	run_quiet_replies(RT_EMBED);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1902,6 +1975,8 @@ int main(void)
 	    cmocka_unit_test(test_eager_embed),
 	    cmocka_unit_test(test_rndv_libev),
 	    cmocka_unit_test(test_rndv_embed),
+	    cmocka_unit_test(test_quiet_replies_libev),
+	    cmocka_unit_test(test_quiet_replies_embed),
 	    cmocka_unit_test(test_deadline_held_libev),
 	    cmocka_unit_test(test_deadline_held_embed),
 	    cmocka_unit_test(test_never_answered_libev),
