@@ -210,8 +210,8 @@ static int perf_cols(const char *args, const char *const *names, int n,
 	int i, st;
 
 	snprintf(cmd, sizeof(cmd),
-		 "timeout 120 tools/evrdma-perf -c %s -p %s --csv %s", rt_addr(),
-		 port_str, args);
+		 "timeout %.0f tools/evrdma-perf -c %s -p %s --csv %s",
+		 120 * rt_timeout_scale(), rt_addr(), port_str, args);
 	fflush(NULL);
 	f = popen(cmd, "r");
 	assert_non_null(f);
