@@ -442,10 +442,11 @@ struct evr_stats {
 	uint64_t calls, calls_ok, calls_expired, calls_cancelled;
 	uint64_t late_replies;
 	uint64_t requests, requests_cancelled, requests_unserved;
-	/** Of msgs_sent: replies sent from on_recv that went the direct
-	 *  way -- small, without a callback, on a connection with nothing
-	 *  queued: posted at once by evr_send(), inline and without the
-	 *  send queue's machinery. */
+	/** Of msgs_sent: replies that went the direct way -- small,
+	 *  without a callback, sent by evr_send() or evr_reply() from a
+	 *  callback delivering a message on the same connection, which has
+	 *  nothing queued: posted at once, inline and without the send
+	 *  queue's machinery. */
 	uint64_t direct_sends;
 };
 

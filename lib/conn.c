@@ -175,13 +175,6 @@ void evr__conn_set_peer(evr_conn *c, const struct evr__hs *hs)
 		evr__credit_set_window(&c->cr, c->bank.window);
 }
 
-/*
- * The CQ's entry for every send-side op of a conn (its head's done): the SQ
- * completes every op posted up to this one, in order; an error fails the
- * conn; a closing conn may be done draining; and ops that waited for room
- * in the SQ (nothing else would flush them, e.g. one-sided writes beyond
- * the SQ depth) go now.
- */
 /* The end of a send completion, once the SQ has counted it: a failure
  * fails the conn, a success may let a closing conn go on. */
 static void send_wc_end(evr_conn *c, const struct ibv_wc *wc, int status)
@@ -196,6 +189,13 @@ static void send_wc_end(evr_conn *c, const struct ibv_wc *wc, int status)
 		evr__conn_kick(c);
 }
 
+/*
+ * The CQ's entry for every send-side op of a conn (its head's done): the SQ
+ * completes every op posted up to this one, in order; an error fails the
+ * conn; a closing conn may be done draining; and ops that waited for room
+ * in the SQ (nothing else would flush them, e.g. one-sided writes beyond
+ * the SQ depth) go now.
+ */
 static void send_wc(struct evr__wr *w, const struct ibv_wc *wc)
 {
 	struct evr__op *op = evr__op_of(w);

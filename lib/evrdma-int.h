@@ -1179,7 +1179,9 @@ void evr__msg_teardown(evr_conn *c, int status);
 void evr__msg_detach_held(evr_conn *c);
 /* Queue a call's request (flags EVR_F_CALL) or reply (EVR_F_REPLY) of
  * call id, as evr_send would a message; *op (may be NULL) receives the
- * op, which is the caller's to withdraw until cb fires. */
+ * op, which is the caller's to withdraw until cb fires.  A reply without
+ * cb and op may instead be posted at once (the direct way, as
+ * evr_send's). */
 int evr__msg_send_call(evr_conn *c, const void *buf, size_t len,
 		       uint8_t flags, uint32_t id, evr_op_cb cb, void *arg,
 		       struct evr__op **op);

@@ -204,6 +204,7 @@ static EVR__ALWAYS_INLINE int send_direct(evr_conn *c, const void *buf,
 		return 1; /* not sent: the queue sends it */
 	evr__credit_sent(&c->cr, h.credits);
 	c->direct_sent = true;
+	evr__conn_dirty(c); /* (it is, by the delivery): its flush reopens */
 	c->sent_data = true; /* not idle (on_idle) */
 	ctx->answer_posts++;
 	ctx->st.msgs_sent++;
