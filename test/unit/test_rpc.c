@@ -57,15 +57,20 @@ struct how {
 	bool serve;	    /* our conn's opts set on_request */
 	unsigned max_calls; /* our conn's max_calls */
 	unsigned depth;	    /* the peer's receive depth (0: peer.c's) */
+	unsigned interval;  /* our signal interval (0: peer.c's, 1) */
 };
 
 static int setup_how(void **state, const struct how *h)
 {
+	struct evr_ctx_opts o;
 	struct fix *f = calloc(1, sizeof(*f));
 
 	assert_non_null(f);
 	peer_mocks_reset();
-	f->ctx = peer_start(&f->p, NULL);
+	peer_ctx_opts(&o);
+	if (h->interval)
+		o.signal_interval = h->interval;
+	f->ctx = peer_start(&f->p, &o);
 	f->p.calls = h->calls;
 	f->p.serve = h->serve;
 	f->p.max_calls = h->max_calls;
@@ -82,7 +87,7 @@ static int setup_how(void **state, const struct how *h)
 /* Our side connects; the peer agrees to calls. */
 static int setup(void **state)
 {
-	const struct how h = {false, true, false, 0, 0};
+	const struct how h = {false, true, false, 0, 0, 0};
 
 	return setup_how(state, &h);
 }
@@ -90,7 +95,7 @@ static int setup(void **state)
 /* ... and the peer lends a window of 24 credits. */
 static int setup_deep(void **state)
 {
-	const struct how h = {false, true, false, 0, 24};
+	const struct how h = {false, true, false, 0, 24, 0};
 
 	return setup_how(state, &h);
 }
@@ -98,7 +103,7 @@ static int setup_deep(void **state)
 /* ... with max_calls 2. */
 static int setup_max2(void **state)
 {
-	const struct how h = {false, true, false, 2, 0};
+	const struct how h = {false, true, false, 2, 0, 0};
 
 	return setup_how(state, &h);
 }
@@ -106,7 +111,7 @@ static int setup_max2(void **state)
 /* Our side connects; the peer's reply does not agree to calls. */
 static int setup_no_calls(void **state)
 {
-	const struct how h = {false, false, false, 0, 0};
+	const struct how h = {false, false, false, 0, 0, 0};
 
 	return setup_how(state, &h);
 }
@@ -114,7 +119,7 @@ static int setup_no_calls(void **state)
 /* Our side accepts with on_request; the peer offers calls. */
 static int setup_server(void **state)
 {
-	const struct how h = {true, true, true, 0, 0};
+	const struct how h = {true, true, true, 0, 0, 0};
 
 	return setup_how(state, &h);
 }
@@ -122,7 +127,7 @@ static int setup_server(void **state)
 /* Our side accepts without on_request; the peer offers calls. */
 static int setup_accept_no_serve(void **state)
 {
-	const struct how h = {true, true, false, 0, 0};
+	const struct how h = {true, true, false, 0, 0, 0};
 
 	return setup_how(state, &h);
 }
@@ -130,7 +135,7 @@ static int setup_accept_no_serve(void **state)
 /* Our side accepts with on_request; the peer does not offer calls. */
 static int setup_accept_not_offered(void **state)
 {
-	const struct how h = {true, false, true, 0, 0};
+	const struct how h = {true, false, true, 0, 0, 0};
 
 	return setup_how(state, &h);
 }
@@ -147,6 +152,8 @@ static int setup_srq_how(void **state, const struct how *h)
 	mock_cm.max_srq = 1;
 	mock_cm.max_srq_wr = 4096;
 	peer_ctx_opts(&o);
+	if (h->interval)
+		o.signal_interval = h->interval;
 	o.srq = EVR_SRQ_ON;
 	o.srq_buffers = 64;
 	f->ctx = peer_start(&f->p, &o);
@@ -163,14 +170,30 @@ static int setup_srq_how(void **state, const struct how *h)
 
 static int setup_srq(void **state)
 {
-	const struct how h = {false, true, false, 0, 0};
+	const struct how h = {false, true, false, 0, 0, 0};
 
 	return setup_srq_how(state, &h);
 }
 
 static int setup_server_srq(void **state)
 {
-	const struct how h = {true, true, true, 0, 0};
+	const struct how h = {true, true, true, 0, 0, 0};
+
+	return setup_srq_how(state, &h);
+}
+
+/* Accepting with on_request, one send WR in 4 signaled: a WR may go
+ * unsignaled, which the direct way of a reply needs. */
+static int setup_server_interval(void **state)
+{
+	const struct how h = {true, true, true, 0, 0, 4};
+
+	return setup_how(state, &h);
+}
+
+static int setup_server_srq_interval(void **state)
+{
+	const struct how h = {true, true, true, 0, 0, 4};
 
 	return setup_srq_how(state, &h);
 }
@@ -1807,6 +1830,127 @@ static void test_serve_rndv_reply(void **state)
 	assert_int_equal(p->op_status[0], 0);
 }
 
+/* A reply without a callback, from on_request, small enough to go
+ * inline: the direct way (msg.c send_direct).  What reply_direct saw. */
+static struct {
+	uint8_t buf[100]; /* the reply: more than EVR_SEND_COPY_MAX */
+	bool fail_post;	  /* make the direct post fail */
+	bool overwrite;	  /* overwrite buf once evr_reply returned */
+	unsigned posted;  /* WRs logged during evr_reply */
+	uint32_t owed, quiet, avail; /* the conn's credits before it */
+	uint32_t owed1, quiet1, avail1; /* and right after it */
+	int rc;
+} dr;
+
+static void reply_direct(struct peer *p, evr_request *r, const void *data,
+			 size_t len)
+{
+	evr_conn *c = p->conn;
+	unsigned n0 = mock_wrs.nsend;
+
+	(void)data;
+	(void)len;
+	dr.owed = c->cr.owed;
+	dr.quiet = c->cr.quiet;
+	dr.avail = c->cr.avail;
+	if (dr.fail_post)
+		mock.post_send_rc = ENOMEM; /* (bad index 0: nothing posted) */
+	dr.rc = evr_reply(r, dr.buf, sizeof(dr.buf), NULL, NULL);
+	mock.post_send_rc = 0;
+	dr.owed1 = c->cr.owed;
+	dr.quiet1 = c->cr.quiet;
+	dr.avail1 = c->cr.avail;
+	dr.posted = mock_wrs.nsend - n0;
+	if (dr.overwrite)
+		memset(dr.buf, 0xee, sizeof(dr.buf));
+}
+
+/* The reply is posted before evr_reply returns: inline, unsignaled,
+ * EAGER with EVR_F_REPLY (no EVR_F_WANT), the id and the credits owed;
+ * its credit spent and those credits counted off.  The buffer is free at
+ * once (overwritten after evr_reply, the bytes sent are the first ones).
+ * direct_sends, msgs_sent and bytes_sent (the payload, not the id) count
+ * it. */
+static void test_serve_direct_reply(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct evr_stats st0, st;
+	struct peer_frame fr;
+	uint8_t want[sizeof(dr.buf)];
+	size_t i;
+
+	memset(&dr, 0, sizeof(dr));
+	for (i = 0; i < sizeof(dr.buf); i++)
+		dr.buf[i] = want[i] = (uint8_t)(i * 7 + 1);
+	dr.overwrite = true;
+	/* a plain message first: its buffer's credit is owed when the
+	 * request comes, and the reply carries it */
+	peer_eager(p, "m", 1, 0);
+	peer_pump(f->ctx);
+	expect_quiet(p);
+	st0 = stats(f->ctx);
+	p->on_request = reply_direct;
+	peer_call_eager(p, EVR_F_CALL, 0x2a, "q", 1, 0);
+	peer_pump(f->ctx);
+	p->on_request = NULL;
+	assert_int_equal(dr.rc, 0);
+	assert_int_equal(dr.posted, 1);
+	assert_true(dr.owed > 0);
+	next_msg(p, &fr);
+	assert_int_equal(fr.wr.flags, IBV_SEND_INLINE);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_EAGER);
+	assert_int_equal(fr.msg.hdr.flags, EVR_F_REPLY);
+	assert_int_equal(fr.msg.hdr.len, EVR_CALL_ID_SIZE + sizeof(want));
+	assert_int_equal(fr.msg.hdr.credits, dr.owed);
+	assert_int_equal(fr.msg.call_id, 0x2a);
+	assert_int_equal(fr.msg.plen, sizeof(want));
+	assert_memory_equal(fr.msg.payload, want, sizeof(want));
+	expect_quiet(p);
+	assert_int_equal(dr.avail1, dr.avail - 1);
+	assert_int_equal(dr.owed1, 0);
+	assert_int_equal(dr.quiet1, 0);
+	st = stats(f->ctx);
+	assert_int_equal(st.direct_sends - st0.direct_sends, 1);
+	assert_int_equal(st.msgs_sent - st0.msgs_sent, 1);
+	assert_int_equal(st.bytes_sent - st0.bytes_sent, sizeof(want));
+	assert_int_equal(st.requests - st0.requests, 1);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+}
+
+/* The direct post fails: nothing counted, the credits as they were, and
+ * the reply takes the queue -- here the next post works, so it goes out
+ * once, whole, from the flush. */
+static void test_serve_direct_reply_post_fails(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct evr_stats st0, st;
+
+	memset(&dr, 0, sizeof(dr));
+	memset(dr.buf, 0x5c, sizeof(dr.buf));
+	dr.fail_post = true;
+	st0 = stats(f->ctx);
+	p->on_request = reply_direct;
+	peer_call_eager(p, EVR_F_CALL, 0x2b, "q", 1, 0);
+	peer_pump(f->ctx);
+	p->on_request = NULL;
+	assert_int_equal(dr.rc, 0);
+	assert_int_equal(dr.posted, 0);
+	assert_int_equal(dr.owed1, dr.owed);
+	assert_int_equal(dr.quiet1, dr.quiet);
+	assert_int_equal(dr.avail1, dr.avail);
+	expect_eager(p, EVR_F_REPLY, 0x2b, dr.buf, sizeof(dr.buf));
+	expect_quiet(p);
+	st = stats(f->ctx);
+	assert_int_equal(st.direct_sends - st0.direct_sends, 0);
+	assert_int_equal(st.msgs_sent - st0.msgs_sent, 1);
+	assert_int_equal(st.bytes_sent - st0.bytes_sent, sizeof(dr.buf));
+	/* one credit spent, by the queued reply */
+	assert_int_equal(p->conn->cr.avail, dr.avail - 1);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+}
+
 /* A rendezvous request is read, then delivered with its bytes. */
 static void test_serve_rndv_request(void **state)
 {
@@ -2245,6 +2389,8 @@ int main(void)
 	    T(test_not_connected, setup),
 	    T(test_serve_eager, setup_server),
 	    T(test_serve_rndv_reply, setup_server),
+	    T(test_serve_direct_reply, setup_server_interval),
+	    T(test_serve_direct_reply_post_fails, setup_server_interval),
 	    T(test_serve_rndv_request, setup_server),
 	    T(test_serve_cancel_delivered, setup_server),
 	    T(test_serve_cancel_many, setup_server),
@@ -2268,6 +2414,7 @@ int main(void)
 	    T(test_reply_hold, setup_srq),
 	    T(test_late_rndv_reply, setup_srq),
 	    T(test_serve_eager, setup_server_srq),
+	    T(test_serve_direct_reply, setup_server_srq_interval),
 	    T(test_serve_cancel_unread, setup_server_srq),
 	    T(test_serve_handle_outlives_conn, setup_server_srq),
 	};
