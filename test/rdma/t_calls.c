@@ -817,9 +817,12 @@ static void test_rndv_embed(void **state)
  * sent through the queue.  Every call ends once with 0 and its own
  * reply's bytes; the direct way took every small reply but those the
  * signal interval sends through the queue (one in 16 of the server's
- * WRs) and those behind a credit update.
+ * WRs) and those behind a credit update; the statistics count each
+ * request and reply once, without the call id.  Then a burst of calls at
+ * once, whose replies go partly the direct way, partly queued behind it.
  */
-#define QR_N 100
+#define QR_N	 100
+#define QR_BURST 12
 static const size_t quiet_rep_sizes[] = {0, 8, 64, 116, 1000};
 #define QR_NSIZES (sizeof(quiet_rep_sizes) / sizeof(quiet_rep_sizes[0]))
 
@@ -827,7 +830,7 @@ static void run_quiet_replies(enum rt_path path)
 {
 	struct ct *t = ct_new(path, NULL);
 	struct evr_stats s0, s1;
-	uint64_t direct, updates, small = 0;
+	uint64_t direct, updates, small = 0, bytes = 0;
 
 	ct_connect(t);
 	t->how = SRV_ANSWER;
@@ -837,6 +840,7 @@ static void run_quiet_replies(enum rt_path path)
 		size_t rep = quiet_rep_sizes[i % QR_NSIZES];
 
 		small += rep <= 116;
+		bytes += 16 + rep;
 		ct_call(t, 16, rep, LONG_MS);
 		ct_wait(t, ct_fired, i + 1, 30);
 	}
@@ -860,6 +864,24 @@ static void run_quiet_replies(enum rt_path path)
 	assert_true(direct + QR_N / 16 + 1 + updates >= small);
 	assert_int_equal(s1.calls_ok - s0.calls_ok, QR_N);
 	assert_int_equal(s1.requests - s0.requests, QR_N);
+	/* requests and replies, each once, counted without the call id */
+	assert_int_equal(s1.msgs_sent - s0.msgs_sent, 2 * QR_N);
+	assert_int_equal(s1.bytes_sent - s0.bytes_sent, bytes);
+
+	/* QR_BURST calls at once: the server answers those of one pass the
+	 * direct way and then through the queue; every reply still reaches
+	 * its own call, once */
+	for (int i = 0; i < QR_BURST; i++)
+		ct_call(t, 16, quiet_rep_sizes[i % QR_NSIZES], LONG_MS);
+	ct_wait(t, ct_fired, QR_N + QR_BURST, 30);
+	ct_settle(t);
+	for (int i = QR_N; i < QR_N + QR_BURST; i++) {
+		ct_assert_ok(&t->calls[i]);
+		assert_int_equal(t->calls[i].rep_cbs, 0);
+	}
+	assert_int_equal(t->fired, QR_N + QR_BURST);
+	assert_int_equal(t->srv_bad, 0);
+	assert_int_equal(t->api_bad, 0);
 	ct_close(t);
 	assert_int_equal(t->api_bad, 0);
 	ct_free(t);
