@@ -1832,11 +1832,15 @@ static void test_serve_rndv_reply(void **state)
 
 /* A reply without a callback, from on_request, small enough to go
  * inline: the direct way (msg.c send_direct).  What reply_direct saw. */
+#define DR_LEN	  100 /* a reply: more than EVR_SEND_COPY_MAX */
+#define DR_INLINE 116 /* the most that goes inline: 128 - header - id */
 static struct {
-	uint8_t buf[100]; /* the reply: more than EVR_SEND_COPY_MAX */
-	bool fail_post;	  /* make the direct post fail */
-	bool overwrite;	  /* overwrite buf once evr_reply returned */
-	unsigned posted;  /* WRs logged during evr_reply */
+	uint8_t buf[DR_INLINE + 1];
+	size_t len;	 /* of buf, the reply's bytes */
+	bool fail_post;	 /* make the direct post fail */
+	bool overwrite;	 /* overwrite buf once evr_reply returned */
+	unsigned tries;	 /* ibv_post_send calls during evr_reply */
+	unsigned posted; /* WRs logged during evr_reply */
 	uint32_t owed, quiet, avail; /* the conn's credits before it */
 	uint32_t owed1, quiet1, avail1; /* and right after it */
 	int rc;
@@ -1846,7 +1850,7 @@ static void reply_direct(struct peer *p, evr_request *r, const void *data,
 			 size_t len)
 {
 	evr_conn *c = p->conn;
-	unsigned n0 = mock_wrs.nsend;
+	unsigned n0 = mock_wrs.nsend, t0 = mock.post_send_calls;
 
 	(void)data;
 	(void)len;
@@ -1855,14 +1859,25 @@ static void reply_direct(struct peer *p, evr_request *r, const void *data,
 	dr.avail = c->cr.avail;
 	if (dr.fail_post)
 		mock.post_send_rc = ENOMEM; /* (bad index 0: nothing posted) */
-	dr.rc = evr_reply(r, dr.buf, sizeof(dr.buf), NULL, NULL);
+	dr.rc = evr_reply(r, dr.buf, dr.len, NULL, NULL);
 	mock.post_send_rc = 0;
 	dr.owed1 = c->cr.owed;
 	dr.quiet1 = c->cr.quiet;
 	dr.avail1 = c->cr.avail;
+	dr.tries = mock.post_send_calls - t0;
 	dr.posted = mock_wrs.nsend - n0;
 	if (dr.overwrite)
 		memset(dr.buf, 0xee, sizeof(dr.buf));
+}
+
+/* A plain message from the peer, delivered: its buffer's credit is owed
+ * (nothing of ours carried it) when the request comes next. */
+static void owe_one(struct fix *f)
+{
+	peer_eager(&f->p, "m", 1, 0);
+	peer_pump(f->ctx);
+	expect_quiet(&f->p);
+	assert_true(f->p.conn->cr.owed > 0);
 }
 
 /* The reply is posted before evr_reply returns: inline, unsignaled,
@@ -1877,26 +1892,23 @@ static void test_serve_direct_reply(void **state)
 	struct peer *p = &f->p;
 	struct evr_stats st0, st;
 	struct peer_frame fr;
-	uint8_t want[sizeof(dr.buf)];
+	uint8_t want[DR_LEN];
 	size_t i;
 
 	memset(&dr, 0, sizeof(dr));
-	for (i = 0; i < sizeof(dr.buf); i++)
+	dr.len = DR_LEN;
+	for (i = 0; i < DR_LEN; i++)
 		dr.buf[i] = want[i] = (uint8_t)(i * 7 + 1);
 	dr.overwrite = true;
-	/* a plain message first: its buffer's credit is owed when the
-	 * request comes, and the reply carries it */
-	peer_eager(p, "m", 1, 0);
-	peer_pump(f->ctx);
-	expect_quiet(p);
+	owe_one(f); /* the reply carries it */
 	st0 = stats(f->ctx);
 	p->on_request = reply_direct;
 	peer_call_eager(p, EVR_F_CALL, 0x2a, "q", 1, 0);
 	peer_pump(f->ctx);
 	p->on_request = NULL;
 	assert_int_equal(dr.rc, 0);
+	assert_int_equal(dr.tries, 1);
 	assert_int_equal(dr.posted, 1);
-	assert_true(dr.owed > 0);
 	next_msg(p, &fr);
 	assert_int_equal(fr.wr.flags, IBV_SEND_INLINE);
 	assert_int_equal(fr.msg.hdr.type, EVR_T_EAGER);
@@ -1918,36 +1930,78 @@ static void test_serve_direct_reply(void **state)
 	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
 }
 
-/* The direct post fails: nothing counted, the credits as they were, and
- * the reply takes the queue -- here the next post works, so it goes out
- * once, whole, from the flush. */
+/* The direct post fails: nothing counted, the credits as they were (also
+ * the owed ones, which the queued reply then carries with the request's
+ * own), and the reply takes the queue -- here the next post works, so
+ * it goes out once, whole, from the flush. */
 static void test_serve_direct_reply_post_fails(void **state)
 {
 	struct fix *f = *state;
 	struct peer *p = &f->p;
 	struct evr_stats st0, st;
 
+	struct peer_frame fr;
+
 	memset(&dr, 0, sizeof(dr));
+	dr.len = DR_LEN;
 	memset(dr.buf, 0x5c, sizeof(dr.buf));
 	dr.fail_post = true;
+	owe_one(f);
 	st0 = stats(f->ctx);
 	p->on_request = reply_direct;
 	peer_call_eager(p, EVR_F_CALL, 0x2b, "q", 1, 0);
 	peer_pump(f->ctx);
 	p->on_request = NULL;
 	assert_int_equal(dr.rc, 0);
+	assert_int_equal(dr.tries, 1); /* the direct post, which failed */
 	assert_int_equal(dr.posted, 0);
+	assert_true(dr.owed > 0);
 	assert_int_equal(dr.owed1, dr.owed);
 	assert_int_equal(dr.quiet1, dr.quiet);
 	assert_int_equal(dr.avail1, dr.avail);
-	expect_eager(p, EVR_F_REPLY, 0x2b, dr.buf, sizeof(dr.buf));
+	next_msg(p, &fr);
+	assert_int_equal(fr.msg.hdr.type, EVR_T_EAGER);
+	assert_int_equal(fr.msg.hdr.flags, EVR_F_REPLY);
+	assert_int_equal(fr.msg.call_id, 0x2b);
+	assert_int_equal(fr.msg.plen, DR_LEN);
+	assert_memory_equal(fr.msg.payload, dr.buf, DR_LEN);
+	/* what was owed, and the request's buffer, re-posted before it */
+	assert_int_equal(fr.msg.hdr.credits, dr.owed + 1);
 	expect_quiet(p);
 	st = stats(f->ctx);
 	assert_int_equal(st.direct_sends - st0.direct_sends, 0);
 	assert_int_equal(st.msgs_sent - st0.msgs_sent, 1);
-	assert_int_equal(st.bytes_sent - st0.bytes_sent, sizeof(dr.buf));
+	assert_int_equal(st.bytes_sent - st0.bytes_sent, DR_LEN);
 	/* one credit spent, by the queued reply */
 	assert_int_equal(p->conn->cr.avail, dr.avail - 1);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+}
+
+/* The inline bound of a reply's direct way counts the header and the
+ * call id: DR_INLINE bytes go direct, one more takes the queue (both
+ * arrive whole). */
+static void test_serve_direct_reply_bound(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	size_t len;
+
+	for (len = DR_INLINE; len <= DR_INLINE + 1; len++) {
+		memset(&dr, 0, sizeof(dr));
+		dr.len = len;
+		memset(dr.buf, (int)len, sizeof(dr.buf));
+		p->on_request = reply_direct;
+		peer_call_eager(p, EVR_F_CALL, (uint32_t)len, "q", 1, 0);
+		peer_pump(f->ctx);
+		p->on_request = NULL;
+		assert_int_equal(dr.rc, 0);
+		assert_int_equal(dr.posted, len == DR_INLINE ? 1 : 0);
+		expect_eager(p, EVR_F_REPLY, (uint32_t)len, dr.buf, len);
+		expect_quiet(p);
+		peer_ack(p);
+		peer_pump(f->ctx);
+	}
+	assert_int_equal(stats(f->ctx).direct_sends, 1);
 	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
 }
 
@@ -2391,6 +2445,7 @@ int main(void)
 	    T(test_serve_rndv_reply, setup_server),
 	    T(test_serve_direct_reply, setup_server_interval),
 	    T(test_serve_direct_reply_post_fails, setup_server_interval),
+	    T(test_serve_direct_reply_bound, setup_server_interval),
 	    T(test_serve_rndv_request, setup_server),
 	    T(test_serve_cancel_delivered, setup_server),
 	    T(test_serve_cancel_many, setup_server),
