@@ -86,6 +86,23 @@ static struct evr__op *batch_pop(struct evr__sq *sq)
 	return op;
 }
 
+/* An inline message in two pieces, header and payload (none when len is
+ * 0): the post copies both, no key is checked. */
+static EVR__ALWAYS_INLINE void split_sges(struct ibv_send_wr *wr,
+					  struct ibv_sge *sge, const void *hdr,
+					  uint32_t hlen, const void *payload,
+					  uint32_t len)
+{
+	sge[0].addr = (uintptr_t)hdr;
+	sge[0].length = hlen;
+	sge[0].lkey = 0;
+	sge[1].addr = (uintptr_t)payload;
+	sge[1].length = len;
+	sge[1].lkey = 0;
+	wr->sg_list = sge;
+	wr->num_sge = len ? 2 : 1;
+}
+
 /* The verbs WR of op, built from its compact form, its SGEs in sge
  * (EVR__WR_SGES of them). */
 static EVR__ALWAYS_INLINE void
@@ -99,15 +116,8 @@ build_wr(const struct evr__op *op, struct ibv_send_wr *wr, struct ibv_sge *sge)
 	wr->send_flags = op->send_flags;
 	wr->imm_data = 0;
 	if (op->split) {
-		/* inline: the post copies both pieces, no key is checked */
-		sge[0].addr = (uintptr_t)op->ihdr;
-		sge[0].length = op->ihdr_len;
-		sge[0].lkey = 0;
-		sge[1].addr = op->wqe.laddr;
-		sge[1].length = op->wqe.len;
-		sge[1].lkey = 0;
-		wr->sg_list = sge;
-		wr->num_sge = op->wqe.len ? 2 : 1;
+		split_sges(wr, sge, op->ihdr, op->ihdr_len,
+			   (const void *)(uintptr_t)op->wqe.laddr, op->wqe.len);
 	} else if (op->wqe.len) {
 		sge->addr = op->wqe.laddr;
 		sge->length = op->wqe.len;
@@ -238,18 +248,9 @@ int evr__sq_post_direct(struct evr__sq *sq, const void *hdr, uint32_t hlen,
 	struct ibv_sge sge[EVR__WR_SGES];
 	int rc;
 
-	/* inline, as build_wr's split case: the post copies both pieces, no
-	 * key is checked */
-	sge[0].addr = (uintptr_t)hdr;
-	sge[0].length = hlen;
-	sge[0].lkey = 0;
-	sge[1].addr = (uintptr_t)payload;
-	sge[1].length = len;
-	sge[1].lkey = 0;
+	split_sges(&wr, sge, hdr, hlen, payload, len);
 	wr.wr_id = wr_id;
 	wr.next = NULL;
-	wr.sg_list = sge;
-	wr.num_sge = len ? 2 : 1;
 	wr.opcode = IBV_WR_SEND;
 	wr.send_flags = IBV_SEND_INLINE;
 	rc = evr__post_send(sq->qp, &wr, &bad);
