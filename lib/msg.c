@@ -157,6 +157,19 @@ static EVR__ALWAYS_INLINE int send_common(evr_conn *c, const void *buf,
 	return 0;
 }
 
+/* A message's header, and a call's id after it (call_flags not 0), at
+ * out; returns their length. */
+static EVR__ALWAYS_INLINE uint32_t encode_hdr(uint8_t *out,
+					      const struct evr__hdr *h,
+					      uint8_t call_flags, uint32_t id)
+{
+	evr__hdr_encode(out, h);
+	if (!call_flags)
+		return EVR_HDR_SIZE;
+	evr__call_id_encode(out + EVR_HDR_SIZE, id);
+	return EVR_HDR_SIZE + EVR_CALL_ID_SIZE;
+}
+
 /*
  * The direct way of a reply (docs/architecture.md): a small message
  * without a callback -- a plain one (flags 0), or a call's reply
@@ -196,9 +209,7 @@ static EVR__ALWAYS_INLINE int send_direct(evr_conn *c, const void *buf,
 	h.flags = flags; /* nothing queued behind it: no EVR_F_WANT */
 	h.len = (uint32_t)(hlen - EVR_HDR_SIZE + len);
 	h.credits = evr__credit_owed_now(&c->cr);
-	evr__hdr_encode(hdr, &h);
-	if (flags)
-		evr__call_id_encode(hdr + EVR_HDR_SIZE, id);
+	encode_hdr(hdr, &h, flags, id);
 	if (evr__sq_post_direct(&c->sq, hdr, hlen, buf, (uint32_t)len,
 				(uintptr_t)&c->direct_wr))
 		return 1; /* not sent: the queue sends it */
@@ -564,21 +575,15 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 	h.len = (uint32_t)(idlen + op->u.msg.len);
 	h.credits = evr__credit_piggyback(&c->cr);
 	if (op->split) {
-		evr__hdr_encode(op->ihdr, &h);
-		if (idlen)
-			evr__call_id_encode(op->ihdr + EVR_HDR_SIZE,
-					    op->call_id);
-		op->ihdr_len = (uint8_t)(EVR_HDR_SIZE + idlen);
+		op->ihdr_len = (uint8_t)encode_hdr(op->ihdr, &h, op->call_flags,
+						   op->call_id);
 	} else {
 		/* a carried FIN after a call's id, then the payload */
 		uint32_t fin = fin_put(c, b->data + EVR_HDR_SIZE + idlen);
 
 		h.len += fin;
 		h.flags |= fin ? EVR_F_FIN : 0;
-		evr__hdr_encode(b->data, &h);
-		if (idlen)
-			evr__call_id_encode(b->data + EVR_HDR_SIZE,
-					    op->call_id);
+		encode_hdr(b->data, &h, op->call_flags, op->call_id);
 		gather(b->data + EVR_HDR_SIZE + idlen + fin, op);
 		op->u.msg.buf = b;
 		evr__op_set_send(op, b, EVR_HDR_SIZE + h.len, &c->sq);
