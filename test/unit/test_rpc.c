@@ -202,18 +202,9 @@ static int setup_server_srq_interval(void **state)
  * last of a batch, unless it is quiet); the peer agrees to calls. */
 static int setup_interval(void **state)
 {
-	struct evr_ctx_opts o;
-	struct fix *f = calloc(1, sizeof(*f));
+	const struct how h = {false, true, false, 0, 0, 4};
 
-	assert_non_null(f);
-	peer_mocks_reset();
-	peer_ctx_opts(&o);
-	o.signal_interval = 4;
-	f->ctx = peer_start(&f->p, &o);
-	f->p.calls = true;
-	peer_connect(&f->p);
-	*state = f;
-	return 0;
+	return setup_how(state, &h);
 }
 
 static int teardown(void **state)
