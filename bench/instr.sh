@@ -6,9 +6,10 @@
 #
 #   bench/instr.sh BUILDDIR OUTDIR [quick]
 #
-# INSTR_TOOLS, if set, names the tools to count (default "evrdma
-# evrdma-call ib_send_lat ucx"; ucx: UCX's ucx_perftest -t tag_lat, whose
-# libraries -- libucp, libuct, libucs -- count as "other").
+# INSTR_SIZE sets the message size (default 8).  INSTR_TOOLS, if set,
+# names the tools to count (default "evrdma evrdma-call ib_send_lat ucx";
+# ucx: UCX's ucx_perftest -t tag_lat, whose libraries -- libucp, libuct,
+# libucs -- count as "other").
 #
 # Instruction counts do not drift with host load the way times do.  Each
 # side of each tool is counted on its own: that side runs under
@@ -33,7 +34,7 @@ BUILD=$1 OUT=$2 QUICK=${3:-}
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 # PERF, DEV, ADDR, GID, PIN_S, PIN_C
 . "$SRC/bench/env.sh"
-SIZE=8
+SIZE=${INSTR_SIZE:-8}
 N1=1000 N2=5000
 [ "$QUICK" = quick ] && N1=200 N2=600
 CG=$OUT/callgrind
