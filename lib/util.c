@@ -1,6 +1,7 @@
 /*
  * Small shared helpers: logging (one function, levels, off by default),
- * error names and texts, non-blocking fds, parsing environment values.
+ * error names and texts, non-blocking fds, parsing environment values,
+ * and whether the library runs under valgrind's memcheck.
  */
 #include "evrdma-int.h"
 
@@ -13,6 +14,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#ifdef EVR__HAVE_VALGRIND
+bool evr__on_memcheck;
+
+/* Once, as the library is loaded (EVR__VG_DEFINED): under valgrind, and
+ * its tool is memcheck, whose preload (its malloc) valgrind names in
+ * LD_PRELOAD.  Under another tool -- callgrind counting instructions --
+ * the data path runs as it does outside valgrind. */
+__attribute__((constructor)) static void evr__memcheck_check(void)
+{
+	const char *pre = getenv("LD_PRELOAD");
+
+	evr__on_memcheck = RUNNING_ON_VALGRIND && pre &&
+			   strstr(pre, "vgpreload_memcheck");
+}
+#endif
 
 int evr__log_level_parse(const char *s)
 {
