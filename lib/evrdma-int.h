@@ -53,7 +53,7 @@
 #if __has_include(<valgrind/memcheck.h>)
 #include <valgrind/memcheck.h>
 #define EVR__HAVE_VALGRIND 1
-extern bool evr__on_memcheck;
+extern bool evr__on_memcheck __attribute__((visibility("hidden")));
 #define EVR__VG_DEFINED(p, n)                                                  \
 	do {                                                                   \
 		if (__builtin_expect(evr__on_memcheck, 0))                     \
@@ -62,7 +62,11 @@ extern bool evr__on_memcheck;
 #endif
 #endif
 #ifndef EVR__VG_DEFINED
-#define EVR__VG_DEFINED(p, n) ((void)(p), (void)(n))
+#define EVR__VG_DEFINED(p, n)                                                  \
+	do {                                                                   \
+		(void)(p);                                                     \
+		(void)(n);                                                     \
+	} while (0)
 #endif
 
 /*
