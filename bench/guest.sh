@@ -302,7 +302,7 @@ for rep in $(seq 1 "$REPS"); do
 	# 4 KiB plus evrdma's 8-byte header: the bytes an evrdma message of
 	# 4 KiB puts on the wire, one packet more at an MTU of 1024 or 4096
 	case " $LAT_SIZES " in *" 4096 "*)
-		lat_pt "$rep" "ib_send_lat +8" poll 4096 -s 4104 -n $LAT_ITERS
+		lat_pt "$rep" "ib_send_lat +8" poll 4096 -s 4104 -n $LAT_ITERS ;;
 	esac
 	ev "$rep" lat -t lat -m poll -S "$ev_sizes" -n $LAT_ITERS
 	ev "$rep" lat -t lat -m adaptive -S "$ev_sizes" -n $LAT_ITERS

@@ -35,6 +35,7 @@ SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 # PERF, DEV, ADDR, GID, PIN_S, PIN_C
 . "$SRC/bench/env.sh"
 SIZE=${INSTR_SIZE:-8}
+[[ $SIZE =~ ^[0-9]+$ ]] || { echo "bench/instr.sh: INSTR_SIZE: not a number of bytes" >&2; exit 2; }
 N1=1000 N2=5000
 [ "$QUICK" = quick ] && N1=200 N2=600
 CG=$OUT/callgrind
