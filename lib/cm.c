@@ -138,6 +138,7 @@ static void conn_agreed(evr_conn *c, uint8_t features)
 {
 	c->rpc_on = (features & EVR_HS_F_CALLS) != 0;
 	c->fin_on = (features & EVR_HS_F_FIN) != 0;
+	c->imm_on = (features & EVR_HS_F_IMM) != 0;
 }
 
 /* ---- active side ---- */

@@ -560,6 +560,7 @@ static void parked_process(evr_conn *c)
 			wc.byte_len = b->byte_len;
 			wc.opcode = (enum ibv_wc_opcode)b->opcode;
 			wc.imm_data = b->imm;
+			wc.wc_flags = b->wc_flags;
 			if (!c->srq)
 				c->recv_posted++; /* recv_done counts it off */
 			c->ctx->hooks.recv_done(&b->h, &wc);

@@ -225,7 +225,7 @@ struct evr__wqe {
 	uint32_t len;	/* bytes at laddr */
 	uint32_t lkey;
 	uint32_t rkey;
-	uint32_t imm; /* WRITE_WITH_IMM: big endian, as verbs carries it */
+	uint32_t imm; /* WITH_IMM opcodes: big endian, as verbs carries it */
 };
 
 /* Rendezvous send state, from the request's build to the FIN: on
@@ -265,8 +265,8 @@ struct evr__op {
 	bool quiet; /* EAGER without a callback: may end a batch unsignaled */
 	bool cb_at_post; /* eager: cb fires once posted (the flush), quiet */
 	/* EAGER inline in two pieces: the header (and a call's id) in ihdr,
-	 * ihdr_len bytes, the payload at wqe.laddr (the user's buffer),
-	 * copied into the WR by the post */
+	 * ihdr_len bytes (0 with the header in immediate data), the payload
+	 * at wqe.laddr (the user's buffer), copied into the WR by the post */
 	bool split;
 	uint8_t ihdr_len;
 	uint16_t iovcnt;    /* EAGER/RNDV from iovecs, until built */
@@ -366,7 +366,8 @@ int evr__sq_commit(struct evr__sq *sq);
 /*
  * Post one unsignaled SEND that has no op (the direct way of a quiet
  * message, msg.c): the hlen bytes at hdr, then the len bytes of payload
- * (len may be 0), inline -- the post copies them.  Its wr_id names no op,
+ * (either may be 0), inline -- the post copies them; with immediate data
+ * imm (network order) when it is not 0.  Its wr_id names no op,
  * so that its completion -- only an error or a flush, it is never
  * signaled -- goes to evr__sq_complete_direct().  The caller checked that
  * the batch is empty, that there is room, that the WR need not be
@@ -374,7 +375,8 @@ int evr__sq_commit(struct evr__sq *sq);
  * sge2.  0, or the post's error (nothing posted).
  */
 int evr__sq_post_direct(struct evr__sq *sq, const void *hdr, uint32_t hlen,
-			const void *payload, uint32_t len, uint64_t wr_id);
+			const void *payload, uint32_t len, uint32_t imm,
+			uint64_t wr_id);
 static inline bool evr__sq_direct_ok(const struct evr__sq *sq)
 {
 	return sq->nbatch == 0 && evr__sq_room(sq) > 0 &&
@@ -416,6 +418,7 @@ struct evr__buf {
 	uint32_t byte_len;
 	uint32_t imm;
 	uint8_t opcode;
+	uint8_t wc_flags; /* IBV_WC_WITH_IMM */
 	bool update; /* SRQ: held a bare credit update (bank.h repost) */
 };
 
@@ -741,6 +744,9 @@ struct evr_conn {
 	 * message being built carries (flush_ops), then NULL */
 	bool fin_on;
 	struct evr__op *fin_carry;
+	/* both handshakes agreed to EVR_HS_F_IMM: plain eager messages
+	 * carry their header in immediate data */
+	bool imm_on;
 	bool rpc_over;	/* evr_call said -ENOBUFS: on_drain when one ends */
 	struct evr__calltab rpc_tab; /* calls in flight; no slots until the
 				      * first call */
@@ -838,6 +844,7 @@ struct evr__tune {
 	 * even where the device does not bound them -- to test that path) */
 	enum evr_rndv_access mw;
 	bool fin_alone; /* EVR_FIN=alone: no FIN rides on data (proto.h) */
+	bool imm_off;	/* EVR_IMM=off: every header in band (proto.h) */
 };
 
 /* ---- the doors between threads (thread.c) ---- */
@@ -985,13 +992,15 @@ struct evr_ctx {
  * connect request offers them, a reply agrees to those of them the request
  * offered, and a reply agreeing to more is a protocol error.  Calls are
  * agreed to by an accepting side whose opts have on_request (cm.c). */
-#define EVR__FEATURES (EVR_HS_F_CALLS | EVR_HS_F_FIN)
+#define EVR__FEATURES (EVR_HS_F_CALLS | EVR_HS_F_FIN | EVR_HS_F_IMM)
 
-/* Those a ctx offers: all but a carried FIN with EVR_FIN=alone. */
+/* Those a ctx offers: all but a carried FIN with EVR_FIN=alone, and the
+ * header in immediate data with EVR_IMM=off. */
 static inline uint8_t evr__features(const evr_ctx *ctx)
 {
 	return (uint8_t)(EVR__FEATURES &
-			 ~(ctx->tune.fin_alone ? EVR_HS_F_FIN : 0u));
+			 ~(ctx->tune.fin_alone ? EVR_HS_F_FIN : 0u) &
+			 ~(ctx->tune.imm_off ? EVR_HS_F_IMM : 0u));
 }
 
 /* The ctx's load (evr_ctx_load) goes up or down by one. */
@@ -1073,6 +1082,7 @@ struct evr__env {
 	const char *srq;	       /* EVR_SRQ */
 	const char *mw;		       /* EVR_MW */
 	const char *fin;	       /* EVR_FIN */
+	const char *imm;	       /* EVR_IMM */
 };
 void evr__env_read(struct evr__env *env);
 /* The precedence: a non-zero option, else the variable if it is a number,

@@ -195,22 +195,26 @@ static EVR__ALWAYS_INLINE int send_direct(evr_conn *c, const void *buf,
 	evr_ctx *ctx = c->ctx;
 	struct evr__hdr h;
 	uint8_t hdr[EVR_HDR_SIZE + EVR_CALL_ID_SIZE];
-	uint32_t hlen = EVR_HDR_SIZE + (flags ? EVR_CALL_ID_SIZE : 0);
+	uint32_t idlen = flags ? EVR_CALL_ID_SIZE : 0;
+	/* a plain message's header may go in immediate data (proto.h) */
+	bool imm = c->imm_on && !flags;
+	uint32_t hlen = imm ? 0 : EVR_HDR_SIZE + idlen;
 
 	if (!c->in_recv || c->direct_sent || c->state != EVR_CS_ESTABLISHED ||
 	    !c->sq.sge2 || c->sq.max_inline < hlen ||
-	    len > c->sq.max_inline - hlen ||
-	    len > eager_limit(c) - (hlen - EVR_HDR_SIZE) ||
+	    len > c->sq.max_inline - hlen || len > eager_limit(c) - idlen ||
 	    !evr__list_empty(&c->sendq) || !evr__list_empty(&c->ctrlq) ||
 	    !evr__sq_direct_ok(&c->sq) || ctx->quiet_off ||
 	    !evr__credit_can(&c->cr, false))
 		return 1;
 	h.type = EVR_T_EAGER;
 	h.flags = flags; /* nothing queued behind it: no EVR_F_WANT */
-	h.len = (uint32_t)(hlen - EVR_HDR_SIZE + len);
+	h.len = (uint32_t)(idlen + len);
 	h.credits = evr__credit_owed_now(&c->cr);
-	encode_hdr(hdr, &h, flags, id);
+	if (!imm)
+		encode_hdr(hdr, &h, flags, id);
 	if (evr__sq_post_direct(&c->sq, hdr, hlen, buf, (uint32_t)len,
+				imm ? evr__imm_encode(0, h.credits) : 0,
 				(uintptr_t)&c->direct_wr))
 		return 1; /* not sent: the queue sends it */
 	evr__credit_sent(&c->cr, h.credits);
@@ -540,6 +544,10 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 	struct evr__buf *b;
 	/* a call's id follows the header */
 	uint32_t idlen = op->call_flags ? EVR_CALL_ID_SIZE : 0;
+	/* a plain message's header may go in immediate data (proto.h), not
+	 * one that carries a FIN */
+	bool imm = c->imm_on && !op->call_flags && !c->fin_carry;
+	uint32_t hlen = imm ? 0 : EVR_HDR_SIZE + idlen;
 	bool rndv;
 	int err;
 
@@ -549,7 +557,7 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 		return -EMSGSIZE;
 	rndv = op->u.msg.len > op_eager_limit(c, op);
 	if (!rndv && !op->iovcnt && c->sq.sge2 && !c->fin_carry &&
-	    EVR_HDR_SIZE + idlen + op->u.msg.len <= c->sq.max_inline) {
+	    hlen + op->u.msg.len <= c->sq.max_inline) {
 		/* inline in two pieces: no buffer, no copy but the post's */
 		b = NULL;
 		op->split = true;
@@ -574,7 +582,18 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 	h.flags = (uint8_t)(data_flags(c) | op->call_flags);
 	h.len = (uint32_t)(idlen + op->u.msg.len);
 	h.credits = evr__credit_piggyback(&c->cr);
-	if (op->split) {
+	if (imm) {
+		/* all payload: in two pieces with no header, or gathered */
+		if (op->split) {
+			op->ihdr_len = 0;
+		} else {
+			gather(b->data, op);
+			op->u.msg.buf = b;
+			evr__op_set_send(op, b, h.len, &c->sq);
+		}
+		op->opcode = IBV_WR_SEND_WITH_IMM;
+		op->wqe.imm = evr__imm_encode(h.flags, h.credits);
+	} else if (op->split) {
 		op->ihdr_len = (uint8_t)encode_hdr(op->ihdr, &h, op->call_flags,
 						   op->call_id);
 	} else {
@@ -1057,7 +1076,7 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	/* the sender goes eager up to min(its eager size, ours): the same
 	 * negotiated limit must judge what arrives */
 	struct evr__limits lim = {(uint32_t)eager_limit(c), ctx->o.max_msg_size,
-				  c->rpc_on, c->fin_on};
+				  c->rpc_on, c->fin_on, c->imm_on};
 	struct evr__parsed p;
 	const char *why = "?";
 	struct evr__rx *rx;
@@ -1065,8 +1084,11 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	if (c->srq) {
 		/* the bank first: it counts what the sender's window allowed
 		 * (its header's EVR_F_WANT, checked again by the parser) */
-		bool want = wc->opcode == IBV_WC_RECV && wc->byte_len >= 2 &&
-			    (b->data[1] & EVR_F_WANT);
+		bool want = wc->opcode == IBV_WC_RECV &&
+			    ((wc->wc_flags & IBV_WC_WITH_IMM)
+				 ? (be32toh(wc->imm_data) >> 16) & EVR_F_WANT
+				 : wc->byte_len >= 2 &&
+				       (b->data[1] & EVR_F_WANT));
 
 		if (evr__bank_consume(&ctx->bank, &c->bank, want)) {
 			evr__srq_put_back(ctx, b);
@@ -1082,7 +1104,10 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 			c->o.on_imm(c, imm, c->o.arg);
 		return;
 	}
-	if (evr__msg_parse(b->data, wc->byte_len, &lim, &p, &why)) {
+	if (wc->wc_flags & IBV_WC_WITH_IMM
+		? evr__imm_parse(wc->imm_data, b->data, wc->byte_len, &lim, &p,
+				 &why)
+		: evr__msg_parse(b->data, wc->byte_len, &lim, &p, &why)) {
 		evr__conn_recv_put(c, b);
 		proto_error(c, why);
 		return;
@@ -1242,6 +1267,7 @@ void evr__msg_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
 		b->byte_len = wc->byte_len;
 		b->opcode = (uint8_t)wc->opcode;
 		b->imm = wc->imm_data;
+		b->wc_flags = (uint8_t)(wc->wc_flags & IBV_WC_WITH_IMM);
 		evr__list_add_tail(&c->early, evr__buf_link(b));
 		return;
 	}

@@ -129,6 +129,7 @@ void evr__env_read(struct evr__env *env)
 	env->srq = getenv("EVR_SRQ");
 	env->mw = getenv("EVR_MW");
 	env->fin = getenv("EVR_FIN");
+	env->imm = getenv("EVR_IMM");
 }
 
 unsigned evr__opt_pick(unsigned opt, const char *env, unsigned dflt)
@@ -179,4 +180,6 @@ void evr__tune_resolve(struct evr__tune *t, const struct evr_ctx_opts *o,
 	else if (env->mw && !strcasecmp(env->mw, "inside"))
 		t->mw = EVR_RNDV_WINDOW;
 	t->fin_alone = env->fin && !strcasecmp(env->fin, "alone");
+	t->imm_off = env->imm && (!strcasecmp(env->imm, "off") ||
+				  !strcmp(env->imm, "0"));
 }

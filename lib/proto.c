@@ -6,6 +6,7 @@
  */
 #include "config.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <string.h>
 
@@ -215,6 +216,30 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 	default:
 		FAIL("unknown message type");
 	}
+}
+
+int evr__imm_parse(uint32_t imm, const void *buf, size_t n,
+		   const struct evr__limits *lim, struct evr__parsed *out,
+		   const char **why)
+{
+	uint32_t v = be32toh(imm);
+
+	memset(out, 0, sizeof(*out));
+	if (!lim->imm)
+		FAIL("header in immediate data without the extension");
+	if (v >> 24 != EVR_IMM_EAGER)
+		FAIL("unknown immediate data");
+	out->hdr.type = EVR_T_EAGER;
+	out->hdr.flags = (uint8_t)(v >> 16);
+	out->hdr.credits = (uint16_t)v;
+	if (out->hdr.flags & ~EVR_F_WANT)
+		FAIL("flag other than the window's in immediate data");
+	if (n > lim->max_eager)
+		FAIL("eager payload larger than the receive buffer");
+	out->hdr.len = (uint32_t)n;
+	out->payload = buf;
+	out->plen = (uint32_t)n;
+	return 0;
 }
 
 size_t evr__hs_encode(uint8_t *out, const struct evr__hs *hs)

@@ -87,20 +87,29 @@ static struct evr__op *batch_pop(struct evr__sq *sq)
 }
 
 /* An inline message in two pieces, header and payload (none when len is
- * 0): the post copies both, no key is checked. */
+ * 0; no header when hlen is 0, which a header in immediate data leaves):
+ * the post copies both, no key is checked. */
 static EVR__ALWAYS_INLINE void split_sges(struct ibv_send_wr *wr,
 					  struct ibv_sge *sge, const void *hdr,
 					  uint32_t hlen, const void *payload,
 					  uint32_t len)
 {
-	sge[0].addr = (uintptr_t)hdr;
-	sge[0].length = hlen;
-	sge[0].lkey = 0;
-	sge[1].addr = (uintptr_t)payload;
-	sge[1].length = len;
-	sge[1].lkey = 0;
+	struct ibv_sge *s = sge;
+
+	if (hlen) {
+		s->addr = (uintptr_t)hdr;
+		s->length = hlen;
+		s->lkey = 0;
+		s++;
+	}
+	if (len) {
+		s->addr = (uintptr_t)payload;
+		s->length = len;
+		s->lkey = 0;
+		s++;
+	}
 	wr->sg_list = sge;
-	wr->num_sge = len ? 2 : 1;
+	wr->num_sge = (int)(s - sge);
 }
 
 /* The verbs WR of op, built from its compact form, its SGEs in sge
@@ -135,6 +144,9 @@ build_wr(const struct evr__op *op, struct ibv_send_wr *wr, struct ibv_sge *sge)
 		wr->wr.atomic.rkey = op->wqe.rkey;
 		wr->wr.atomic.compare_add = op->u.rma.compare_add;
 		wr->wr.atomic.swap = op->u.rma.swap;
+		break;
+	case IBV_WR_SEND_WITH_IMM: /* a header in immediate data */
+		wr->imm_data = op->wqe.imm;
 		break;
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
 		wr->imm_data = op->wqe.imm;
@@ -242,7 +254,8 @@ int evr__sq_commit(struct evr__sq *sq)
 }
 
 int evr__sq_post_direct(struct evr__sq *sq, const void *hdr, uint32_t hlen,
-			const void *payload, uint32_t len, uint64_t wr_id)
+			const void *payload, uint32_t len, uint32_t imm,
+			uint64_t wr_id)
 {
 	struct ibv_send_wr wr, *bad;
 	struct ibv_sge sge[EVR__WR_SGES];
@@ -251,7 +264,8 @@ int evr__sq_post_direct(struct evr__sq *sq, const void *hdr, uint32_t hlen,
 	split_sges(&wr, sge, hdr, hlen, payload, len);
 	wr.wr_id = wr_id;
 	wr.next = NULL;
-	wr.opcode = IBV_WR_SEND;
+	wr.opcode = imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+	wr.imm_data = imm;
 	wr.send_flags = IBV_SEND_INLINE;
 	rc = evr__post_send(sq->qp, &wr, &bad);
 	if (sq->st)

@@ -40,6 +40,7 @@
  */
 #include "rt_pair.h"
 
+#include <endian.h>
 #include <arpa/inet.h>
 #include <poll.h>
 #include <stdbool.h>
@@ -68,6 +69,10 @@ enum bad_case {
 	BAD_FIN_UNAGREED,
 	BAD_CALL_FLAG,	 /* offers calls, not agreed: sends a call anyway */
 	BAD_CANCEL,	 /* the same with a cancel */
+	/* a header in immediate data (EVR_HS_F_IMM): not offered, sent
+	 * anyway; offered and agreed, with an unknown tag */
+	BAD_IMM_UNAGREED,
+	BAD_IMM_TAG,
 	LIT_TYPE,	 /* literal bytes: the type after the last one */
 	LIT_LEN_BE,	 /* literal bytes: a length written big endian */
 	LIT_VALID,	 /* literal bytes: a valid message, echoed */
@@ -113,6 +118,8 @@ static const struct {
     [BAD_FIN_UNAGREED] = {"carried finish, not agreed", X_EPROTO},
     [BAD_CALL_FLAG] = {"call flag, calls not agreed", X_EPROTO},
     [BAD_CANCEL] = {"cancel, calls not agreed", X_EPROTO},
+    [BAD_IMM_UNAGREED] = {"header in immediate data, not agreed", X_EPROTO},
+    [BAD_IMM_TAG] = {"immediate data, unknown tag", X_EPROTO},
     [LIT_TYPE] = {"literal: type after CANCEL", X_EPROTO},
     [LIT_LEN_BE] = {"literal: big-endian length", X_EPROTO},
     [LIT_VALID] = {"literal: valid message", X_ECHO},
@@ -326,6 +333,10 @@ static size_t craft(enum bad_case bc, uint8_t *buf)
 		evr__rndv_fin_encode(buf + EVR_HDR_SIZE, 12345, 0);
 		memset(buf + EVR_HDR_SIZE + EVR_RNDV_FIN_SIZE, 0x33, 10);
 		return EVR_HDR_SIZE + h.len;
+	case BAD_IMM_UNAGREED:
+	case BAD_IMM_TAG: /* all payload: the header is the immediate data */
+		memset(buf, 0x33, 10);
+		return 10;
 	case LIT_TYPE:
 		memcpy(buf, lit_type7, sizeof(lit_type7));
 		return sizeof(lit_type7);
@@ -343,9 +354,10 @@ static size_t craft(enum bad_case bc, uint8_t *buf)
 	return EVR_HDR_SIZE;
 }
 
-/* Post one signaled send of n bytes from mem[0]. */
-static int raw_send(struct rdma_cm_id *id, struct ibv_mr *mr, uint8_t *buf,
-		    size_t n)
+/* Post one signaled send of n bytes from mem[0]; with immediate data imm
+ * (network order) when it is not 0. */
+static int raw_send_imm(struct rdma_cm_id *id, struct ibv_mr *mr,
+			uint8_t *buf, size_t n, uint32_t imm)
 {
 	struct ibv_send_wr swr = {0}, *bad_s;
 	struct ibv_sge sge;
@@ -356,9 +368,16 @@ static int raw_send(struct rdma_cm_id *id, struct ibv_mr *mr, uint8_t *buf,
 	swr.wr_id = 0;
 	swr.sg_list = &sge;
 	swr.num_sge = 1;
-	swr.opcode = IBV_WR_SEND;
+	swr.opcode = imm ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+	swr.imm_data = imm;
 	swr.send_flags = IBV_SEND_SIGNALED;
 	return ibv_post_send(id->qp, &swr, &bad_s);
+}
+
+static int raw_send(struct rdma_cm_id *id, struct ibv_mr *mr, uint8_t *buf,
+		    size_t n)
+{
+	return raw_send_imm(id, mr, buf, n, 0);
 }
 
 /* The server's accept, checked byte by byte: magic, version, kind REP. */
@@ -461,7 +480,7 @@ static int raw_hostile(enum bad_case bc, struct rdma_cm_id *id,
 {
 	static uint8_t src[REGION_MSG_LEN];
 	size_t len = bc >= REGION_BEFORE ? REGION_MSG_LEN : HOSTILE_LEN;
-	struct evr__limits lim = {HOSTILE_EAGER, 1 << 20, false, false};
+	struct evr__limits lim = {HOSTILE_EAGER, 1 << 20, false, false, false};
 	struct evr__hdr h = {0};
 	struct evr__rndv_req r = {0};
 	struct evr__parsed ps;
@@ -613,6 +632,8 @@ static int raw_client(enum bad_case bc, uint16_t port)
 			hs.features = EVR_HS_F_CALLS;
 		if (bc == BAD_FIN_CARRIED)
 			hs.features = EVR_HS_F_FIN;
+		if (bc == BAD_IMM_TAG)
+			hs.features = EVR_HS_F_IMM;
 		n = evr__hs_encode(pdata, &hs);
 	}
 	if (bc == BAD_FIN_UNAGREED)
@@ -636,12 +657,15 @@ static int raw_client(enum bad_case bc, uint16_t port)
 		return 28;
 	/* the reply's features byte: nothing agreed that it does not do */
 	if ((bc == BAD_CALL_FLAG || bc == BAD_CANCEL ||
-	     bc == BAD_FIN_UNAGREED) &&
+	     bc == BAD_FIN_UNAGREED || bc == BAD_IMM_UNAGREED) &&
 	    (cm_pdata_len < 24 || cm_pdata[7] != 0))
 		return 29;
 	/* ... and what it does, when offered */
 	if (bc == BAD_FIN_CARRIED &&
 	    (cm_pdata_len < 24 || cm_pdata[7] != EVR_HS_F_FIN))
+		return 29;
+	if (bc == BAD_IMM_TAG &&
+	    (cm_pdata_len < 24 || cm_pdata[7] != EVR_HS_F_IMM))
 		return 29;
 
 	if (is_hostile_case(bc)) {
@@ -650,7 +674,10 @@ static int raw_client(enum bad_case bc, uint16_t port)
 		goto wait_disconnect;
 	}
 	n = craft(bc, mem[0]);
-	if (raw_send(id, mr, mem[0], n))
+	if (raw_send_imm(id, mr, mem[0], n,
+			 bc == BAD_IMM_UNAGREED ? evr__imm_encode(0, 0)
+			 : bc == BAD_IMM_TAG    ? htobe32(0xe2000000u)
+						: 0))
 		return 17;
 	if (bc == LIT_VALID && (rc = raw_echo_and_bye(id, cq, mr, mem)))
 		return rc;

@@ -291,6 +291,7 @@ size_t peer_hs(const struct peer *p, uint8_t kind, uint8_t *buf)
 	hs.max_msg = p->max_msg;
 	hs.features = (uint8_t)((p->calls ? EVR_HS_F_CALLS : 0) |
 				(p->fin ? EVR_HS_F_FIN : 0) |
+				(p->imm_hdr ? EVR_HS_F_IMM : 0) |
 				p->newer_features);
 	return evr__hs_encode(buf, &hs);
 }
@@ -376,7 +377,8 @@ void peer_accept(struct peer *p)
 
 bool peer_next(struct peer *p, struct peer_frame *f)
 {
-	struct evr__limits lim = {p->max_eager, p->max_msg, p->calls, p->fin};
+	struct evr__limits lim = {p->max_eager, p->max_msg, p->calls, p->fin,
+				  p->imm_hdr};
 	const char *why;
 
 	for (; p->seen < mock_wrs.nsend; p->seen++) {
@@ -384,9 +386,14 @@ bool peer_next(struct peer *p, struct peer_frame *f)
 			continue;
 		memset(f, 0, sizeof(*f));
 		f->wr = mock_wrs.send[p->seen++];
-		f->parsed = f->wr.opcode == IBV_WR_SEND && f->wr.data &&
-			    evr__msg_parse(f->wr.data, f->wr.len, &lim,
-					   &f->msg, &why) == 0;
+		if (f->wr.opcode == IBV_WR_SEND_WITH_IMM)
+			f->parsed = evr__imm_parse(f->wr.imm, f->wr.data,
+						   f->wr.len, &lim, &f->msg,
+						   &why) == 0;
+		else
+			f->parsed = f->wr.opcode == IBV_WR_SEND && f->wr.data &&
+				    evr__msg_parse(f->wr.data, f->wr.len, &lim,
+						   &f->msg, &why) == 0;
 		return true;
 	}
 	return false;
@@ -687,4 +694,21 @@ void peer_write_imm(struct peer *p, uint32_t imm)
 
 	push_wc(p, r->wr_id, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, 0,
 		htobe32(imm));
+}
+
+void peer_imm_raw(struct peer *p, uint32_t imm, const void *data, size_t len)
+{
+	const struct mock_wr *r = take_recv(p);
+
+	assert_true(len <= r->len);
+	if (len)
+		memcpy((void *)(uintptr_t)r->laddr, data, len);
+	push_wc(p, r->wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, (uint32_t)len,
+		htobe32(imm));
+}
+
+void peer_imm_eager(struct peer *p, const void *data, size_t len,
+		    uint8_t flags, uint16_t credits)
+{
+	peer_imm_raw(p, be32toh(evr__imm_encode(flags, credits)), data, len);
 }

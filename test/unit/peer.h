@@ -100,6 +100,10 @@ struct peer {
 	 * data), and peer_next parses frames with EVR_F_FIN.  Off by
 	 * default, like calls. */
 	bool fin;
+	/* imm_hdr: the peer's handshake speaks EVR_HS_F_IMM (headers in
+	 * immediate data), and peer_next parses such frames.  Off by
+	 * default. */
+	bool imm_hdr;
 	uint8_t newer_features; /* more bits its handshake offers (unknown) */
 	/* evr_call_cb of calls made with peer_call_arg: index -> count,
 	 * status, a copy of the reply */
@@ -195,6 +199,12 @@ void peer_fin(struct peer *p, uint32_t id, int32_t status, uint16_t credits);
 void peer_fin_eager(struct peer *p, uint32_t id, int32_t status,
 		    const void *data, size_t dlen, uint16_t credits);
 void peer_write_imm(struct peer *p, uint32_t imm);
+/* A plain eager message with its header in immediate data (EVR_HS_F_IMM):
+ * imm (host order) as given -- evr__imm_encode's for a good one -- and
+ * the len bytes of data, all payload. */
+void peer_imm_raw(struct peer *p, uint32_t imm, const void *data, size_t len);
+void peer_imm_eager(struct peer *p, const void *data, size_t len,
+		    uint8_t flags, uint16_t credits);
 /* Receives of ours posted and not yet filled (with a shared receive
  * queue: the SRQ's, for every conn, and the re-posts counted for its
  * next batched post). */

@@ -18,6 +18,7 @@
  */
 #include "config.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -837,16 +838,24 @@ static int setup_fin(void **state)
 	return 0;
 }
 
+/* setup with the variable name set to value on our side, for the ctx's
+ * creation alone. */
+static int setup_env(void **state, const char *name, const char *value,
+		     int (*setup_fn)(void **))
+{
+	int rc;
+
+	assert_int_equal(setenv(name, value, 1), 0);
+	rc = setup_fn(state);
+	unsetenv(name);
+	return rc;
+}
+
 /* The same, with EVR_FIN=alone on our side: the handshake leaves the
  * extension off. */
 static int setup_fin_alone(void **state)
 {
-	int rc;
-
-	assert_int_equal(setenv("EVR_FIN", "alone", 1), 0);
-	rc = setup_fin(state);
-	unsetenv("EVR_FIN");
-	return rc;
+	return setup_env(state, "EVR_FIN", "alone", setup_fin);
 }
 
 static size_t reply_len; /* what answer_recv sends from on_recv */
@@ -1142,6 +1151,219 @@ static void test_fin_accept_newer_peer(void **state)
 	expect_reply(&f->p, EVR_T_EAGER, 4, true);
 }
 
+/* ---- headers in immediate data (EVR_HS_F_IMM) ---- */
+
+/* The peer speaks EVR_HS_F_IMM; fin as well when asked.  One send WR in
+ * 4 is signaled, so that answers may go the direct way. */
+static int setup_imm_how(void **state, bool fin)
+{
+	struct fix *f = calloc(1, sizeof(*f));
+	struct evr_ctx_opts o;
+
+	assert_non_null(f);
+	peer_mocks_reset();
+	peer_ctx_opts(&o);
+	o.signal_interval = 4;
+	f->ctx = peer_start(&f->p, &o);
+	f->p.imm_hdr = true;
+	f->p.fin = fin;
+	peer_connect(&f->p);
+	*state = f;
+	return 0;
+}
+
+static int setup_imm(void **state)
+{
+	return setup_imm_how(state, false);
+}
+
+static int setup_imm_fin(void **state)
+{
+	return setup_imm_how(state, true);
+}
+
+/* With EVR_IMM=off on our side: the handshake leaves the extension off. */
+static int setup_imm_off(void **state)
+{
+	return setup_env(state, "EVR_IMM", "off", setup_imm);
+}
+
+/* The next frame is a SEND with its header in immediate data, and bytes
+ * len bytes of data, nothing else: no header in band. */
+static void expect_imm(struct peer *p, const void *data, size_t len,
+		       struct peer_frame *fr)
+{
+	assert_true(peer_next(p, fr));
+	assert_int_equal(fr->wr.opcode, IBV_WR_SEND_WITH_IMM);
+	assert_true(fr->parsed);
+	assert_int_equal(be32toh(fr->wr.imm) >> 24, EVR_IMM_EAGER);
+	assert_int_equal(fr->wr.len, len);
+	assert_int_equal(fr->msg.hdr.type, EVR_T_EAGER);
+	assert_int_equal(fr->msg.plen, len);
+	if (len)
+		assert_memory_equal(fr->wr.data, data, len);
+}
+
+/* Both sides agree to it: a small message (inline, in one piece), a
+ * larger one (copied into a buffer) and an empty one go as SENDs with
+ * immediate data and exactly their bytes; each callback fires once,
+ * with 0. */
+static void test_imm_send(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	static uint8_t big[900];
+	const char small[] = "sixteen bytes!!";
+	unsigned i;
+
+	assert_true(p->conn->imm_on);
+	for (i = 0; i < sizeof(big); i++)
+		big[i] = (uint8_t)(i * 7);
+	peer_send_op(p, small, sizeof(small), 0);
+	peer_send_op(p, big, sizeof(big), 1);
+	peer_send_op(p, "", 0, 2);
+	peer_pump(f->ctx);
+	expect_imm(p, small, sizeof(small), &fr);
+	assert_int_equal(fr.msg.hdr.credits, 0);
+	expect_imm(p, big, sizeof(big), &fr);
+	expect_imm(p, NULL, 0, &fr);
+	assert_false(peer_next(p, &fr));
+	peer_ack(p);
+	peer_pump(f->ctx);
+	for (i = 0; i < 3; i++) {
+		assert_int_equal(p->op_calls[i], 1);
+		assert_int_equal(p->op_status[i], 0);
+	}
+}
+
+/* The peer's message with its header in immediate data: its bytes are
+ * delivered, all of them payload, and its credits are granted. */
+static void test_imm_recv(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	uint8_t data[300];
+	unsigned before, i;
+
+	for (i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i ^ 0x5a);
+	/* use two credits, then have them back with the peer's message */
+	peer_send_op(p, "a", 1, 0);
+	peer_send_op(p, "b", 1, 1);
+	peer_pump(f->ctx);
+	before = peer_send_credits(p->conn);
+	peer_imm_eager(p, data, sizeof(data), 0, 2);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 1);
+	assert_int_equal(p->msgs[0].len, sizeof(data));
+	assert_memory_equal(p->msgs[0].data, data, sizeof(data));
+	assert_int_equal(peer_send_credits(p->conn), before + 2);
+	/* our next message returns the credit of the one delivered */
+	peer_send_op(p, "c", 1, 2);
+	peer_pump(f->ctx);
+	expect_imm(p, "a", 1, &fr);
+	expect_imm(p, "b", 1, &fr);
+	expect_imm(p, "c", 1, &fr);
+	assert_int_equal(fr.msg.hdr.credits, 1);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+}
+
+/* An answer from on_recv to such a message goes the direct way, with its
+ * header in immediate data too. */
+static void test_imm_direct(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+
+	reply_len = 5;
+	p->on_recv = answer_recv;
+	peer_imm_eager(p, "ping", 4, 0, 0);
+	peer_pump(f->ctx);
+	p->on_recv = NULL;
+	assert_int_equal(p->nmsgs, 1);
+	assert_memory_equal(p->msgs[0].data, "ping", 4);
+	assert_true(peer_next(p, &fr));
+	assert_int_equal(fr.wr.opcode, IBV_WR_SEND_WITH_IMM);
+	assert_true(fr.parsed);
+	assert_int_equal(fr.msg.plen, 5);
+	assert_int_equal(fr.wr.len, 5);
+	assert_memory_equal(fr.wr.data, "kkkkk", 5);
+	assert_int_equal(f->ctx->st.direct_sends, 1);
+	assert_int_equal(fr.wr.flags, IBV_SEND_INLINE); /* unsignaled */
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+}
+
+/* A message that carries a FIN keeps its header in band (the FIN is in
+ * its body); the next plain one goes with immediate data again. */
+static void test_imm_fin_in_band(void **state)
+{
+	struct fix *f = *state;
+	struct peer_frame fr;
+
+	assert_true(f->p.conn->imm_on);
+	assert_true(f->p.conn->fin_on);
+	rndv_in_answered(f, 4);
+	expect_reply(&f->p, EVR_T_EAGER, 4, true);
+	peer_send_op(&f->p, "after", 5, 0);
+	peer_pump(f->ctx);
+	expect_imm(&f->p, "after", 5, &fr);
+	assert_int_equal(peer_unread(&f->p), 0);
+}
+
+/* EVR_IMM=off: the request does not offer the extension, so the peer's
+ * reply cannot agree to it, and headers stay in band. */
+static void test_imm_off(void **state)
+{
+	struct fix *f = *state;
+	struct peer_frame fr;
+
+	assert_false(f->p.conn->imm_on);
+	peer_send_op(&f->p, "hello", 5, 0);
+	peer_pump(f->ctx);
+	next_msg(&f->p, &fr);
+	assert_int_equal(fr.msg.plen, 5);
+	assert_int_equal(fr.wr.len, EVR_HDR_SIZE + 5);
+	peer_ack_op(&f->p, 0);
+}
+
+/* What the peer sends with immediate data must be a message of the
+ * extension, or the conn ends with -EPROTO and nothing is delivered:
+ * imm as sent, on a conn set up by the setup given. */
+static void imm_rejected(void **state, uint32_t imm)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+
+	peer_imm_raw(p, imm, "hi", 2);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 0);
+	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
+	peer_flush_closed(p, -EPROTO);
+}
+
+/* A peer that did not agree to the extension may not use it. */
+static void test_imm_not_agreed(void **state)
+{
+	assert_false(((struct fix *)*state)->p.conn->imm_on);
+	imm_rejected(state, EVR_IMM_EAGER << 24);
+}
+
+/* Another tag than EVR_IMM_EAGER's. */
+static void test_imm_bad_tag(void **state)
+{
+	imm_rejected(state, (EVR_IMM_EAGER + 1) << 24);
+}
+
+/* A flag other than EVR_F_WANT (here a call's, which needs its id in
+ * band). */
+static void test_imm_bad_flag(void **state)
+{
+	imm_rejected(state, EVR_IMM_EAGER << 24 | EVR_F_CALL << 16);
+}
+
 /* A carried FIN naming no send of ours is a protocol error: the message
  * is not delivered and the conn ends with -EPROTO. */
 static void test_fin_carried_unknown(void **state)
@@ -1200,6 +1422,22 @@ int main(void)
 						setup_fin, teardown),
 		cmocka_unit_test_setup_teardown(test_fin_carried_not_agreed,
 						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_imm_send, setup_imm,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_imm_recv, setup_imm,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_imm_direct, setup_imm,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_imm_fin_in_band,
+						setup_imm_fin, teardown),
+		cmocka_unit_test_setup_teardown(test_imm_off, setup_imm_off,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_imm_not_agreed, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_imm_bad_tag, setup_imm,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_imm_bad_flag, setup_imm,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_credit_stop_and_resume,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(

@@ -442,29 +442,61 @@ static void test_srq_resolve(void **state)
 	}
 }
 
-/* EVR_FIN=alone (any case) turns carried FINs off; anything else, or
- * nothing, leaves them on. */
-static void test_fin_resolve(void **state)
+/* A switch read from a variable: a value, and whether it sets the
+ * switch. */
+struct switch_case {
+	const char *env;
+	bool set;
+};
+
+/* Each case's value in the variable at env_off of struct evr__env must
+ * give the bool at tune_off of the resolved struct evr__tune. */
+static void check_switch(const struct switch_case *cases, size_t n,
+			 size_t env_off, size_t tune_off)
 {
-	static const struct {
-		const char *env;
-		bool alone;
-	} cases[] = {
-	    {NULL, false}, {"alone", true}, {"ALONE", true},
-	    {"carried", false}, {"", false}, {"0", false},
-	};
 	struct evr__env env = {0};
 	struct evr_ctx_opts o;
 	struct evr__tune t;
 	size_t i;
 
-	(void)state;
 	evr_ctx_opts_init(&o);
-	for (i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		env.fin = cases[i].env;
+	for (i = 0; i < n; i++) {
+		memcpy((char *)&env + env_off, &cases[i].env,
+		       sizeof(cases[i].env));
 		evr__tune_resolve(&t, &o, &env);
-		assert_int_equal(t.fin_alone, cases[i].alone);
+		assert_int_equal(*(const bool *)((const char *)&t + tune_off),
+				 cases[i].set);
 	}
+}
+
+/* EVR_FIN=alone (any case) turns carried FINs off; anything else, or
+ * nothing, leaves them on. */
+static void test_fin_resolve(void **state)
+{
+	static const struct switch_case cases[] = {
+	    {NULL, false}, {"alone", true}, {"ALONE", true},
+	    {"carried", false}, {"", false}, {"0", false},
+	};
+
+	(void)state;
+	check_switch(cases, sizeof(cases) / sizeof(cases[0]),
+		     offsetof(struct evr__env, fin),
+		     offsetof(struct evr__tune, fin_alone));
+}
+
+/* EVR_IMM=off or 0 (any case) keeps every header in band; anything else,
+ * or nothing, offers headers in immediate data. */
+static void test_imm_resolve(void **state)
+{
+	static const struct switch_case cases[] = {
+	    {NULL, false}, {"off", true}, {"OFF", true},
+	    {"0", true},   {"on", false}, {"", false},
+	};
+
+	(void)state;
+	check_switch(cases, sizeof(cases) / sizeof(cases[0]),
+		     offsetof(struct evr__env, imm),
+		     offsetof(struct evr__tune, imm_off));
 }
 
 /* The variables a ctx reads, by their documented names. */
@@ -487,6 +519,7 @@ static void test_env_read(void **state)
 	    {"EVR_SRQ", offsetof(struct evr__env, srq)},
 	    {"EVR_MW", offsetof(struct evr__env, mw)},
 	    {"EVR_FIN", offsetof(struct evr__env, fin)},
+	    {"EVR_IMM", offsetof(struct evr__env, imm)},
 	};
 	struct evr__env env;
 	size_t i;
@@ -527,6 +560,7 @@ int main(void)
 	    cmocka_unit_test(test_pick),
 	    cmocka_unit_test(test_tune_resolve),
 	    cmocka_unit_test(test_fin_resolve),
+	    cmocka_unit_test(test_imm_resolve),
 	    cmocka_unit_test(test_env_read),
 	    cmocka_unit_test(test_srq_resolve),
 	    cmocka_unit_test(test_e2big_text),

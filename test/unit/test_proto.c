@@ -10,6 +10,7 @@
  */
 #include "config.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -386,7 +387,7 @@ static void test_msg_short(void **state)
 /* The limits are the receiver's: a smaller max_eager rejects more. */
 static void test_msg_limits_are_the_callers(void **state)
 {
-	const struct evr__limits small = {64, 4096, false, false};
+	const struct evr__limits small = {64, 4096, false, false, false};
 	static const struct bad_msg cases[] = {
 	    {"eager 65", EVR_T_EAGER, 0, 65, 65, 0, 0, 0},
 	    {"rndv 64", EVR_T_RNDV_REQ, 0, 24, 24, 0x1000, 64, 0},
@@ -959,7 +960,7 @@ static void test_hs_reject_and_reserved(void **state)
 		/* the features byte: known bits only, none on a reject;
 		 * a request's unknown bits are dropped (a newer peer's
 		 * offers) */
-		buf[7] = 0x04;
+		buf[7] = 0x08;
 		if (kinds[i] == EVR_HS_REQ) {
 			assert_int_equal(hs_decode_exact(buf, n, &out, &why),
 					 0);
@@ -1313,6 +1314,86 @@ static void test_fin_carried(void **state)
 	expect_proto(buf, n, &lim_fin, "rendezvous finish with a bad status");
 }
 
+/* ---- the header in immediate data (EVR_HS_F_IMM) ---- */
+
+static const struct evr__limits lim_imm = {
+    .max_eager = 8192,
+    .max_msg = 1ull << 40,
+    .imm = true,
+};
+
+/* The immediate data's layout, byte by byte on the wire (network order):
+ * tag, flags, credits high, credits low; and what it decodes to with the
+ * bytes received, all of them payload. */
+static void test_imm_roundtrip(void **state)
+{
+	static const uint8_t want[4] = {EVR_IMM_EAGER, EVR_F_WANT, 0x12,
+					0x34};
+	static uint8_t payload[8192];
+	uint32_t imm = evr__imm_encode(EVR_F_WANT, 0x1234);
+	struct evr__parsed p;
+	const char *why = NULL;
+
+	(void)state;
+	assert_memory_equal(&imm, want, 4);
+	assert_int_equal(evr__imm_parse(imm, payload, 5, &lim_imm, &p, &why),
+			 0);
+	assert_int_equal(p.hdr.type, EVR_T_EAGER);
+	assert_int_equal(p.hdr.flags, EVR_F_WANT);
+	assert_int_equal(p.hdr.credits, 0x1234);
+	assert_int_equal(p.hdr.len, 5);
+	assert_ptr_equal(p.payload, payload);
+	assert_int_equal(p.plen, 5);
+	assert_int_equal(p.call_id, 0);
+	assert_false(p.fin);
+	/* empty, and as large as the eager size */
+	imm = evr__imm_encode(0, 0);
+	assert_int_equal(evr__imm_parse(imm, payload, 0, &lim_imm, &p, &why),
+			 0);
+	assert_int_equal(p.plen, 0);
+	assert_int_equal(p.hdr.flags, 0);
+	assert_int_equal(evr__imm_parse(imm, payload, sizeof(payload),
+					&lim_imm, &p, &why),
+			 0);
+	assert_int_equal(p.plen, sizeof(payload));
+}
+
+static void expect_imm_proto(uint32_t imm, size_t n,
+			     const struct evr__limits *l, const char *reason)
+{
+	static uint8_t payload[8200];
+	struct evr__parsed p;
+	const char *why = NULL;
+
+	assert_true(n <= sizeof(payload));
+	assert_int_equal(evr__imm_parse(imm, payload, n, l, &p, &why),
+			 -EPROTO);
+	assert_string_equal(why, reason);
+}
+
+/* Without the extension; another tag; any flag but the window's; more
+ * bytes than the eager size. */
+static void test_imm_rejects(void **state)
+{
+	uint8_t f;
+
+	(void)state;
+	expect_imm_proto(evr__imm_encode(0, 1), 4, &lim,
+			 "header in immediate data without the extension");
+	expect_imm_proto(htobe32(0), 4, &lim_imm, "unknown immediate data");
+	expect_imm_proto(htobe32((EVR_IMM_EAGER ^ 1) << 24), 4, &lim_imm,
+			 "unknown immediate data");
+	for (f = 1; f; f = (uint8_t)(f << 1)) {
+		if (f == EVR_F_WANT)
+			continue;
+		expect_imm_proto(evr__imm_encode(f, 0), 4, &lim_imm,
+				 "flag other than the window's in immediate "
+				 "data");
+	}
+	expect_imm_proto(evr__imm_encode(0, 0), 8193, &lim_imm,
+			 "eager payload larger than the receive buffer");
+}
+
 /*
  * Mixed versions.  A peer older than the initial window sends literal
  * zero in bytes 10-11 and rejects anything else there.  Its request
@@ -1459,6 +1540,8 @@ int main(void)
 	    cmocka_unit_test(test_call_roundtrip),
 	    cmocka_unit_test(test_call_rejects),
 	    cmocka_unit_test(test_fin_carried),
+	    cmocka_unit_test(test_imm_roundtrip),
+	    cmocka_unit_test(test_imm_rejects),
 	    cmocka_unit_test(test_hs_old_peer),
 	    cmocka_unit_test(test_rkey_layout),
 	};

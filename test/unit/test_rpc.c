@@ -353,7 +353,8 @@ static void test_hs_connect_offers(void **state)
 
 	assert_int_equal(evr__hs_decode(m->pd, m->pdlen, &hs, &why), 0);
 	assert_int_equal(hs.kind, EVR_HS_REQ);
-	assert_int_equal(hs.features, EVR_HS_F_CALLS | EVR_HS_F_FIN);
+	assert_int_equal(hs.features,
+			 EVR_HS_F_CALLS | EVR_HS_F_FIN | EVR_HS_F_IMM);
 	assert_true(f->p.conn->rpc_on);
 }
 
@@ -366,7 +367,8 @@ static void test_hs_connect_refused(void **state)
 	struct mock_id *m = mock_id_of(f->p.id);
 
 	assert_int_equal(evr__hs_decode(m->pd, m->pdlen, &hs, &why), 0);
-	assert_int_equal(hs.features, EVR_HS_F_CALLS | EVR_HS_F_FIN);
+	assert_int_equal(hs.features,
+			 EVR_HS_F_CALLS | EVR_HS_F_FIN | EVR_HS_F_IMM);
 	assert_false(f->p.conn->rpc_on);
 }
 

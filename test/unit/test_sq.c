@@ -18,6 +18,7 @@
  */
 #include "config.h"
 
+#include <endian.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -805,7 +806,7 @@ static const uint8_t direct_pay[5] = {1, 2, 3, 4, 5};
 static int post_direct(struct evr__sq *sq)
 {
 	return evr__sq_post_direct(sq, direct_hdr, sizeof(direct_hdr),
-				   direct_pay, sizeof(direct_pay), DIRECT_ID);
+				   direct_pay, sizeof(direct_pay), 0, DIRECT_ID);
 }
 
 /*
@@ -947,12 +948,30 @@ static void test_direct(void **state)
 	/* no payload: the header alone, in one piece */
 	mock_reset();
 	evr__sq_init(&sq, FAKE_QP, 8, 4, on_done, NULL, chain_of(8));
-	assert_int_equal(evr__sq_post_direct(&sq, direct_hdr, 3, NULL, 0,
+	assert_int_equal(evr__sq_post_direct(&sq, direct_hdr, 3, NULL, 0, 0,
 					     DIRECT_ID),
 			 0);
 	assert_int_equal(mock_wrs.nsend, 1);
 	assert_int_equal(mock_wrs.send[0].len, 3);
 	assert_memory_equal(mock_wrs.send[0].data, direct_hdr, 3);
+	assert_int_equal(mock_wrs.send[0].opcode, IBV_WR_SEND);
+	assert_int_equal(sq.anon_head, 1);
+
+	/* the header in immediate data: the payload alone, in one piece,
+	 * as a SEND with that immediate data */
+	mock_reset();
+	evr__sq_init(&sq, FAKE_QP, 8, 4, on_done, NULL, chain_of(8));
+	assert_int_equal(evr__sq_post_direct(&sq, NULL, 0, direct_pay,
+					     sizeof(direct_pay),
+					     htobe32(0xe1000005u), DIRECT_ID),
+			 0);
+	assert_int_equal(mock_wrs.nsend, 1);
+	assert_int_equal(mock_wrs.send[0].opcode, IBV_WR_SEND_WITH_IMM);
+	assert_int_equal(mock_wrs.send[0].imm, htobe32(0xe1000005u));
+	assert_int_equal(mock_wrs.send[0].laddr, (uintptr_t)direct_pay);
+	assert_int_equal(mock_wrs.send[0].len, sizeof(direct_pay));
+	assert_memory_equal(mock_wrs.send[0].data, direct_pay,
+			    sizeof(direct_pay));
 	assert_int_equal(sq.anon_head, 1);
 }
 

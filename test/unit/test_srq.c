@@ -308,24 +308,30 @@ static void count_only(struct peer *p, const void *data, size_t len)
 }
 
 /* A peer whose window holds it back says so (EVR_F_WANT): the window
- * grows, never past our depth, and never lends beyond what is posted. */
-static void test_window_grows_on_want(void **state)
+ * grows, never past our depth, and never lends beyond what is posted.
+ * imm: the peer's messages carry their headers in immediate data. */
+static void window_grows_on_want(bool imm)
 {
 	struct peer p;
 	evr_ctx *ctx = srq_start(&p);
 	struct ledger l = {WIN, 0, 0, 0};
 	unsigned i, j;
 
-	(void)state;
+	p.imm_hdr = imm;
 	peer_connect(&p);
+	assert_int_equal(p.conn->imm_on, imm);
 	p.on_recv = count_only;
 	counted = 0;
 	for (i = 0; i < 20; i++) {
 		/* all the data credits at once, every message asking for
 		 * more (as a sender with more queued does) */
 		for (j = 0; may_send(&l, DEPTH); j++) {
-			peer_eager_flags(&p, "w", 1, EVR_F_WANT,
-					 (uint16_t)l.owe);
+			if (imm)
+				peer_imm_eager(&p, "w", 1, EVR_F_WANT,
+					       (uint16_t)l.owe);
+			else
+				peer_eager_flags(&p, "w", 1, EVR_F_WANT,
+						 (uint16_t)l.owe);
 			l.owe = 0;
 			l.avail--;
 			l.sent++;
@@ -344,6 +350,18 @@ static void test_window_grows_on_want(void **state)
 	assert_true(stats(ctx).srq_grown > 0);
 	assert_int_equal(p.closes, 0);
 	peer_stop(&p);
+}
+
+static void test_window_grows_on_want(void **state)
+{
+	(void)state;
+	window_grows_on_want(false);
+}
+
+static void test_window_grows_on_want_imm(void **state)
+{
+	(void)state;
+	window_grows_on_want(true);
 }
 
 /* A message beyond the credits lent: that conn alone fails, with
@@ -569,30 +587,47 @@ static void connect_until_established(struct peer *p)
 }
 
 /* A message that lands before our ESTABLISHED event waits for it, and is
- * counted against the conn then. */
-static void test_early_message(void **state)
+ * counted against the conn then.  imm: it carries its header in
+ * immediate data, which the reply then agrees to. */
+static void early_message(bool imm)
 {
 	struct peer p;
 	evr_ctx *ctx = srq_start(&p);
 	uint8_t hs[EVR_HS_MAX];
 	size_t n;
 
-	(void)state;
 	connect_until_established(&p);
-	peer_eager(&p, "early", 5, 0);
+	if (imm)
+		peer_imm_eager(&p, "early", 5, 0, 0);
+	else
+		peer_eager(&p, "early", 5, 0);
 	peer_pump(ctx);
 	assert_int_equal(p.nmsgs, 0);
 	p.init_window = 8;
+	p.imm_hdr = imm;
 	n = peer_hs(&p, EVR_HS_REP, hs);
 	mock_cm_event(p.id, RDMA_CM_EVENT_ESTABLISHED, 0, hs, n);
 	peer_pump(ctx);
 	assert_int_equal(p.connects, 1);
 	assert_int_equal(p.connect_status, 0);
 	assert_int_equal(p.nmsgs, 1);
+	assert_int_equal(p.msgs[0].len, 5);
 	assert_memory_equal(p.msgs[0].data, "early", 5);
 	check_bank(ctx);
 	assert_int_equal(p.conn->bank.busy, 0);
 	peer_stop(&p);
+}
+
+static void test_early_message(void **state)
+{
+	(void)state;
+	early_message(false);
+}
+
+static void test_early_message_imm(void **state)
+{
+	(void)state;
+	early_message(true);
 }
 
 /* A message that lands before a connect that then fails goes back to the
@@ -862,12 +897,14 @@ int main(void)
 		cmocka_unit_test(test_hs_accept_fixed),
 		cmocka_unit_test(test_recv_credits_back),
 		cmocka_unit_test(test_window_grows_on_want),
+		cmocka_unit_test(test_window_grows_on_want_imm),
 		cmocka_unit_test(test_beyond_credits),
 		cmocka_unit_test(test_pool_full_refused),
 		cmocka_unit_test(test_repost_fails),
 		cmocka_unit_test(test_repost_batched),
 		cmocka_unit_test(test_repost_batch_uncovered),
 		cmocka_unit_test(test_early_message),
+		cmocka_unit_test(test_early_message_imm),
 		cmocka_unit_test(test_early_message_rejected),
 		cmocka_unit_test(test_hold_orphan),
 		cmocka_unit_test(test_close_all_back),
