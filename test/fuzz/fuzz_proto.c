@@ -1,7 +1,8 @@
 /*
  * libFuzzer target for everything a peer controls before any other check:
- * the message header and bodies (evr__msg_parse) and the connect handshake
- * (evr__hs_decode).  The first input byte picks the parser and the limits;
+ * the message header and bodies (evr__msg_parse), a header in immediate
+ * data (evr__imm_parse) and the connect handshake (evr__hs_decode).  The
+ * first input byte picks the parser and the limits;
  * the rest is the peer's bytes.  Every accepted input is re-encoded with
  * the library's encoders and must give back the very bytes received: a
  * message exactly (its length is the header's), a handshake up to its
@@ -70,7 +71,7 @@ static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 	 * carried FINs */
 	struct evr__limits lim = {64u << (sel & 7),
 				  1ull << (10 + ((sel >> 3) & 7)),
-				  (sel & 0x40) != 0, (sel & 0x40) != 0};
+				  (sel & 0x40) != 0, (sel & 0x40) != 0, false};
 	uint32_t call, fin;
 	struct evr__parsed m, m2;
 	static uint8_t buf[EVR_HDR_SIZE + (64u << 7)];
@@ -170,11 +171,44 @@ static void check_hs(const uint8_t *p, size_t n)
 		abort();
 }
 
+/* A message with its header in immediate data: the first 4 bytes are
+ * the immediate data as verbs gives it (network order), the rest the
+ * bytes received. */
+static void check_imm(const uint8_t *p, size_t n, uint8_t sel)
+{
+	/* bits 0-2: eager size; 3: the extension agreed */
+	struct evr__limits lim = {64u << (sel & 7), 1u << 20, false, false,
+				  (sel & 0x08) != 0};
+	struct evr__parsed m;
+	const char *why = NULL;
+	uint32_t imm;
+
+	if (n < 4)
+		return;
+	memcpy(&imm, p, 4);
+	if (evr__imm_parse(imm, p + 4, n - 4, &lim, &m, &why)) {
+		if (!why)
+			abort();
+		return;
+	}
+	/* only with the extension: a plain eager message, its flags the
+	 * window's at most, all its bytes payload, within the eager size,
+	 * and its immediate data what the encoder gives for them */
+	if (!lim.imm || m.hdr.type != EVR_T_EAGER ||
+	    (m.hdr.flags & ~EVR_F_WANT) || m.payload != p + 4 ||
+	    m.plen != n - 4 || m.hdr.len != m.plen ||
+	    m.plen > lim.max_eager || m.call_id || m.fin || m.give ||
+	    evr__imm_encode(m.hdr.flags, m.hdr.credits) != imm)
+		abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1)
 		return 0;
-	if (data[0] & 0x80)
+	if ((data[0] & 0xc0) == 0xc0)
+		check_imm(data + 1, size - 1, data[0]);
+	else if (data[0] & 0x80)
 		check_hs(data + 1, size - 1);
 	else
 		check_msg(data + 1, size - 1, data[0]);
