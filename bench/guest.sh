@@ -299,8 +299,9 @@ for rep in $(seq 1 "$REPS"); do
 	for s in $LAT_SIZES; do
 		lat_pt "$rep" ib_send_lat poll "$s" -s "$s" -n $LAT_ITERS
 	done
-	# 4 KiB plus evrdma's 8-byte header: the bytes an evrdma message of
-	# 4 KiB puts on the wire, one packet more at an MTU of 1024 or 4096
+	# 4 KiB plus an 8-byte header: the bytes an evrdma message of 4 KiB
+	# puts on the wire with its header in band (EVR_IMM=off, or a
+	# call), one packet more at an MTU of 1024 or 4096
 	case " $LAT_SIZES " in *" 4096 "*)
 		lat_pt "$rep" "ib_send_lat +8" poll 4096 -s 4104 -n $LAT_ITERS ;;
 	esac
