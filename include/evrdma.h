@@ -448,6 +448,11 @@ struct evr_stats {
 	 *  nothing queued: posted at once, inline and without the send
 	 *  queue's machinery. */
 	uint64_t direct_sends;
+	/** Of msgs_sent: eager messages sent from the receive buffer of a
+	 *  message held (evr_conn_hold) in the callback that sent them, with
+	 *  a callback of their own, without a copy (only between peers whose
+	 *  messages carry their headers in immediate data). */
+	uint64_t zero_copy_sends;
 };
 
 EVR_EXPORT void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out);
@@ -806,7 +811,11 @@ EVR_EXPORT void evr_conn_unref(evr_conn *conn);
  * on_recv, on_request, or a call's callback with status 0 for its
  * reply).  Its memory stays valid, and its receive credit stays
  * with this side, until evr_msg_release().  The handle outlives the conn.
- * NULL when called outside on_recv, or out of memory.
+ * NULL when called outside on_recv, or out of memory.  Its bytes, sent
+ * back on the same conn by evr_send() with a callback from the callback
+ * that held it (release it in the send's callback), go from its receive
+ * buffer without a copy when the peers agreed to headers in immediate
+ * data (evr_stats.zero_copy_sends).
  */
 EVR_EXPORT evr_msg *evr_conn_hold(evr_conn *conn);
 EVR_EXPORT const void *evr_msg_data(const evr_msg *msg);

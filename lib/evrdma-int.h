@@ -268,6 +268,10 @@ struct evr__op {
 	 * ihdr_len bytes (0 with the header in immediate data), the payload
 	 * at wqe.laddr (the user's buffer), copied into the WR by the post */
 	bool split;
+	/* EAGER: the payload lies in the receive buffer of a message held
+	 * in the callback that sent it (msg.c held_src), whose key is in
+	 * wqe.lkey: with the header in immediate data, sent from there */
+	bool zc;
 	uint8_t ihdr_len;
 	uint16_t iovcnt;    /* EAGER/RNDV from iovecs, until built */
 	/* on sq->posted: WRs posted without an op after this one, before

@@ -100,6 +100,27 @@ static void copy_in(uint8_t *dst, const void *buf, const struct iovec *iov,
 	}
 }
 
+/* Do the len bytes at src lie in the receive buffer of the message held
+ * in the running callback (evr_conn_hold)?  Then *lkey is the buffer's
+ * key.  Such bytes, sent back with a callback, stay in place until it
+ * fires (evr_send's contract), and the buffer is the holder's until the
+ * release: the message may go from there, without a copy. */
+static bool held_src(const evr_conn *c, const void *src, size_t len,
+		     uint32_t *lkey)
+{
+	const evr_msg *m = c->cur_held;
+	uintptr_t off;
+
+	if (!m || !m->buf)
+		return false;
+	/* below the buffer, off wraps past any size */
+	off = (uintptr_t)src - (uintptr_t)m->buf->data;
+	if (off > m->buf->size || len > m->buf->size - off)
+		return false;
+	*lkey = m->buf->lkey;
+	return true;
+}
+
 /* Inlined into each entry point: evr_send() runs for every message, and
  * a call with nine arguments costs about 25 instructions of its own. */
 static EVR__ALWAYS_INLINE int send_common(evr_conn *c, const void *buf,
@@ -141,6 +162,7 @@ static EVR__ALWAYS_INLINE int send_common(evr_conn *c, const void *buf,
 		op->iovcnt = (uint16_t)iovcnt;
 	} else {
 		op->u.msg.src = buf;
+		op->zc = cb && held_src(c, buf, len, &op->wqe.lkey);
 	}
 	/* EVR_OP_EAGER for now: eager or rendezvous is decided at post */
 	op->u.msg.len = len;
@@ -566,6 +588,8 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 		op->wqe.lkey = 0;
 		op->opcode = IBV_WR_SEND;
 		op->send_flags = IBV_SEND_INLINE;
+	} else if (!rndv && imm && op->zc && !op->cb_at_post) {
+		b = NULL; /* from the held receive buffer (held_src) */
 	} else {
 		b = evr__pool_get(&ctx->pool);
 		if (!b)
@@ -583,9 +607,15 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 	h.len = (uint32_t)(idlen + op->u.msg.len);
 	h.credits = evr__credit_piggyback(&c->cr);
 	if (imm) {
-		/* all payload: in two pieces with no header, or gathered */
+		/* all payload: in two pieces with no header, from the held
+		 * receive buffer, or gathered */
 		if (op->split) {
 			op->ihdr_len = 0;
+		} else if (!b) {
+			op->wqe.laddr = (uintptr_t)op->u.msg.src;
+			op->wqe.len = h.len; /* wqe.lkey: the buffer's */
+			op->send_flags = 0;  /* above max_inline (not split) */
+			ctx->st.zero_copy_sends++;
 		} else {
 			gather(b->data, op);
 			op->u.msg.buf = b;

@@ -6,6 +6,8 @@
  *    to the largest message a peer accepts, echoed back, contents compared,
  *    and the path each took checked in the statistics;
  *  - evr_sendv with several iovecs (empty ones included) on both paths;
+ *  - an echo from the held received bytes: without a copy above the
+ *    inline size (with headers in immediate data);
  *  - a long random stream in both directions that interleaves eager and
  *    rendezvous messages: each arrives whole, in order, exactly once;
  *  - IPv6 connect;
@@ -40,6 +42,13 @@ struct sizes_run {
 	int srv_bad, cli_bad;
 	int sent_ok, sent_err;
 	uint8_t *echo[16]; /* the server's copies; valid until sent */
+	/* hold: the server echoes each message from its own bytes, held
+	 * until the echo's callback, which releases it */
+	bool hold;
+	struct held_echo {
+		struct sizes_run *r;
+		evr_msg *m;
+	} held[16];
 };
 
 static int check_sized(const struct sizes_run *r, int seq, const void *data,
@@ -61,6 +70,15 @@ static void sizes_sent(evr_conn *c, int status, void *arg)
 		r->sent_err++;
 }
 
+static void sizes_held_sent(evr_conn *c, int status, void *arg)
+{
+	struct held_echo *h = arg;
+
+	evr_msg_release(h->m);
+	h->m = NULL;
+	sizes_sent(c, status, h->r);
+}
+
 static void sizes_srv_recv(evr_conn *c, const void *data, size_t len, void *arg)
 {
 	struct sizes_run *r = ((struct rt_side *)arg)->user;
@@ -69,6 +87,15 @@ static void sizes_srv_recv(evr_conn *c, const void *data, size_t len, void *arg)
 
 	r->srv_bad += check_sized(r, seq, data, len);
 	assert_true(seq < 16);
+	if (r->hold) {
+		struct held_echo *h = &r->held[seq];
+
+		h->r = r;
+		h->m = evr_conn_hold(c);
+		assert_non_null(h->m);
+		assert_int_equal(evr_send(c, data, len, sizes_held_sent, h), 0);
+		return;
+	}
 	copy = malloc(len ? len : 1);
 	assert_non_null(copy);
 	memcpy(copy, data, len);
@@ -95,8 +122,12 @@ static int sizes_done(void *arg)
  * Sends sizes[] from the client with the given eager size on both ends
  * (over IPv6 if v6), checks what the server and then the client receive,
  * and that exactly the messages larger than eager went by rendezvous.
+ * hold: the server echoes from the received bytes, held; those of the
+ * eager ones that do not go inline (above rxe's 128 bytes) go without a
+ * copy.
  */
-static void run_sizes(size_t eager, const size_t *sizes, int n, bool v6)
+static void run_sizes_how(size_t eager, const size_t *sizes, int n, bool v6,
+			  bool hold)
 {
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct evr_ctx_opts o;
@@ -105,7 +136,7 @@ static void run_sizes(size_t eager, const size_t *sizes, int n, bool v6)
 	struct rt_pair p;
 	evr_listener *l6 = NULL;
 	uint8_t *bufs[16];
-	uint64_t total = 0, nrndv = 0;
+	uint64_t total = 0, nrndv = 0, nzc = 0;
 	double t0;
 	int i;
 
@@ -113,6 +144,7 @@ static void run_sizes(size_t eager, const size_t *sizes, int n, bool v6)
 	memset(&r, 0, sizeof(r));
 	r.sizes = sizes;
 	r.n = n;
+	r.hold = hold;
 	rt_ctx_opts(&o);
 	o.eager_size = eager;
 	/* all sizes are queued at once: 64 MiB + 1 MiB is beyond the default
@@ -160,6 +192,11 @@ static void run_sizes(size_t eager, const size_t *sizes, int n, bool v6)
 	assert_int_equal(st.bytes_recv, 2 * total);
 	assert_int_equal(st.rndv_sent, 2 * nrndv);
 	assert_int_equal(st.rndv_recv, 2 * nrndv);
+	for (i = 0; i < n && hold; i++)
+		nzc += sizes[i] > 128 && sizes[i] <= eager;
+	printf("# %llu echoes sent from their held receive buffers\n",
+	       (unsigned long long)st.zero_copy_sends);
+	assert_int_equal(st.zero_copy_sends, nzc);
 
 	rt_pair_close(&p);
 	assert_int_equal(p.cli.close_status, 0);
@@ -172,6 +209,11 @@ static void run_sizes(size_t eager, const size_t *sizes, int n, bool v6)
 		free(r.echo[i]);
 	}
 	ev_loop_destroy(loop);
+}
+
+static void run_sizes(size_t eager, const size_t *sizes, int n, bool v6)
+{
+	run_sizes_how(eager, sizes, n, v6, false);
 }
 
 static void test_sizes_default(void **state)
@@ -202,6 +244,19 @@ static void test_sizes_eager_1000(void **state)
 
 	(void)state;
 	run_sizes(1000, sizes, sizeof(sizes) / sizeof(sizes[0]), false);
+}
+
+/* The server echoes from the held received bytes: eager echoes above
+ * the inline size go from the receive buffers themselves, and every
+ * echo arrives whole. */
+static void test_sizes_held(void **state)
+{
+	static const size_t sizes[] = {
+	    0, 1, 64, 65, 128, 129, 999, 1000, 1001, EAGER_DEFAULT, 65536};
+
+	(void)state;
+	run_sizes_how(1000, sizes, sizeof(sizes) / sizeof(sizes[0]), false,
+		      true);
 }
 
 static void test_ipv6(void **state)
@@ -1202,6 +1257,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_sizes_default),
 	    cmocka_unit_test(test_sizes_eager_1000),
+	    cmocka_unit_test(test_sizes_held),
 	    cmocka_unit_test(test_sendv),
 	    cmocka_unit_test(test_random_stream),
 	    cmocka_unit_test(test_ipv6),

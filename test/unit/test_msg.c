@@ -1296,6 +1296,140 @@ static void test_imm_direct(void **state)
 	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
 }
 
+/* What hold_echo did: the held message, where its bytes were, and how
+ * the echo was sent (with a callback, op 0, or without). */
+static struct {
+	evr_msg *m;
+	const void *data;
+	bool cb;
+	const void *src; /* the echo's bytes: data, or a copy elsewhere */
+	uint8_t copy[1024];
+} he;
+
+/* on_recv: hold the message and send its bytes (or a copy of them)
+ * back. */
+static void hold_echo(struct peer *p, const void *data, size_t len)
+{
+	he.m = evr_conn_hold(p->conn);
+	assert_non_null(he.m);
+	he.data = data;
+	if (he.src == he.copy) {
+		assert_true(len <= sizeof(he.copy));
+		memcpy(he.copy, data, len);
+	} else {
+		he.src = data;
+	}
+	assert_int_equal(evr_send(p->conn, he.src, len,
+				  he.cb ? peer_op_cb : NULL,
+				  he.cb ? peer_op_arg(p, 0) : NULL),
+			 0);
+}
+
+/* The peer sends 900 bytes; hold_echo answers (from the held buffer,
+ * with a callback, when from_held and cb).  Returns the echo's frame,
+ * checked for the bytes; the message stays held. */
+static void held_echo(struct fix *f, bool from_held, bool cb,
+		      struct peer_frame *fr)
+{
+	struct peer *p = &f->p;
+	uint8_t data[900];
+	unsigned i, n0 = p->nmsgs;
+
+	for (i = 0; i < sizeof(data); i++)
+		data[i] = (uint8_t)(i * 13 + 1);
+	memset(&he, 0, sizeof(he));
+	he.cb = cb;
+	he.src = from_held ? NULL : he.copy;
+	p->on_recv = hold_echo;
+	if (p->conn->imm_on)
+		peer_imm_eager(p, data, sizeof(data), 0, 0);
+	else
+		peer_eager(p, data, sizeof(data), 0);
+	peer_pump(f->ctx);
+	p->on_recv = NULL;
+	assert_int_equal(p->nmsgs, n0 + 1);
+	assert_true(peer_next(p, fr));
+	assert_true(fr->parsed);
+	assert_int_equal(fr->msg.plen, sizeof(data));
+	assert_memory_equal(fr->msg.payload, data, sizeof(data));
+}
+
+/* The receive of ours the peer filled last. */
+static const struct mock_wr *last_recv(const struct fix *f)
+{
+	if (f->ctx->srq)
+		return &mock_wrs.srecv[mock_wrs.srq_next - 1];
+	return &mock_wrs.recv[f->p.recv_next - 1];
+}
+
+/* A held message's bytes sent back with a callback go from its receive
+ * buffer (the receive's address and key), not a copy; the callback fires
+ * once, with 0, at the completion, and the message is the holder's to
+ * release then. */
+static void test_imm_held_zero_copy(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	const struct mock_wr *r;
+
+	held_echo(f, true, true, &fr);
+	r = last_recv(f);
+	assert_int_equal(fr.wr.opcode, IBV_WR_SEND_WITH_IMM);
+	assert_int_equal(fr.wr.laddr, (uintptr_t)he.data);
+	assert_int_equal(fr.wr.laddr, r->laddr);
+	assert_int_equal(fr.wr.lkey, r->lkey);
+	assert_int_equal(fr.wr.len, 900);
+	assert_int_equal(f->ctx->st.zero_copy_sends, 1);
+	assert_int_equal(p->op_calls[0], 0);
+	peer_ack_op(p, 0);
+	evr_msg_release(he.m);
+	peer_pump(f->ctx);
+	assert_int_equal(p->conn->state, EVR_CS_ESTABLISHED);
+}
+
+/* Copied instead: without a callback (nothing would say when the buffer
+ * is free), and bytes from elsewhere than the held buffer. */
+static void test_imm_held_copied(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	const struct mock_wr *r;
+
+	held_echo(f, true, false, &fr);
+	r = last_recv(f);
+	assert_int_equal(fr.wr.opcode, IBV_WR_SEND_WITH_IMM);
+	assert_true(fr.wr.laddr != r->laddr);
+	assert_true(fr.wr.lkey != r->lkey || fr.wr.laddr < r->laddr ||
+		    fr.wr.laddr >= r->laddr + r->len);
+	evr_msg_release(he.m);
+	peer_ack(p);
+	peer_pump(f->ctx);
+
+	held_echo(f, false, true, &fr);
+	assert_true(fr.wr.laddr != (uintptr_t)he.data);
+	assert_int_equal(f->ctx->st.zero_copy_sends, 0);
+	peer_ack_op(p, 0);
+	evr_msg_release(he.m);
+}
+
+/* With the header in band (EVR_IMM=off), a held message's echo is
+ * copied behind its header. */
+static void test_imm_off_held_copied(void **state)
+{
+	struct fix *f = *state;
+	struct peer_frame fr;
+
+	held_echo(f, true, true, &fr);
+	assert_int_equal(fr.wr.opcode, IBV_WR_SEND);
+	assert_int_equal(fr.wr.len, EVR_HDR_SIZE + 900);
+	assert_true(fr.wr.laddr != (uintptr_t)he.data);
+	assert_int_equal(f->ctx->st.zero_copy_sends, 0);
+	peer_ack_op(&f->p, 0);
+	evr_msg_release(he.m);
+}
+
 /* A message that carries a FIN keeps its header in band (the FIN is in
  * its body); the next plain one goes with immediate data again. */
 static void test_imm_fin_in_band(void **state)
@@ -1428,6 +1562,12 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_imm_direct, setup_imm,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_imm_held_zero_copy,
+						setup_imm, teardown),
+		cmocka_unit_test_setup_teardown(test_imm_held_copied,
+						setup_imm, teardown),
+		cmocka_unit_test_setup_teardown(test_imm_off_held_copied,
+						setup_imm_off, teardown),
 		cmocka_unit_test_setup_teardown(test_imm_fin_in_band,
 						setup_imm_fin, teardown),
 		cmocka_unit_test_setup_teardown(test_imm_off, setup_imm_off,
