@@ -448,10 +448,11 @@ struct evr_stats {
 	 *  nothing queued: posted at once, inline and without the send
 	 *  queue's machinery. */
 	uint64_t direct_sends;
-	/** Of msgs_sent: eager messages sent from the receive buffer of a
+	/** Eager messages prepared to go from the receive buffer of a
 	 *  message held (evr_conn_hold) in the callback that sent them, with
-	 *  a callback of their own, without a copy (only between peers whose
-	 *  messages carry their headers in immediate data). */
+	 *  a callback of their own, without a copy: above the inline size,
+	 *  between peers whose messages carry their headers in immediate
+	 *  data (counted when built, so also those that then fail). */
 	uint64_t zero_copy_sends;
 };
 
@@ -815,7 +816,9 @@ EVR_EXPORT void evr_conn_unref(evr_conn *conn);
  * back on the same conn by evr_send() with a callback from the callback
  * that held it (release it in the send's callback), go from its receive
  * buffer without a copy when the peers agreed to headers in immediate
- * data (evr_stats.zero_copy_sends).
+ * data and the message is eager, above the QP's inline size and carries
+ * no FIN (evr_stats.zero_copy_sends); smaller ones are copied by the
+ * post, others into a pool buffer.
  */
 EVR_EXPORT evr_msg *evr_conn_hold(evr_conn *conn);
 EVR_EXPORT const void *evr_msg_data(const evr_msg *msg);

@@ -999,12 +999,17 @@ struct evr_ctx {
 #define EVR__FEATURES (EVR_HS_F_CALLS | EVR_HS_F_FIN | EVR_HS_F_IMM)
 
 /* Those a ctx offers: all but a carried FIN with EVR_FIN=alone, and the
- * header in immediate data with EVR_IMM=off. */
+ * header in immediate data with EVR_IMM=off or on iWARP, which has no
+ * SEND with immediate data. */
 static inline uint8_t evr__features(const evr_ctx *ctx)
 {
+	bool no_imm = ctx->tune.imm_off ||
+		      (ctx->verbs &&
+		       ctx->verbs->device->transport_type == IBV_TRANSPORT_IWARP);
+
 	return (uint8_t)(EVR__FEATURES &
 			 ~(ctx->tune.fin_alone ? EVR_HS_F_FIN : 0u) &
-			 ~(ctx->tune.imm_off ? EVR_HS_F_IMM : 0u));
+			 ~(no_imm ? EVR_HS_F_IMM : 0u));
 }
 
 /* The ctx's load (evr_ctx_load) goes up or down by one. */
