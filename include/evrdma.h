@@ -812,7 +812,9 @@ EVR_EXPORT void evr_conn_unref(evr_conn *conn);
  * on_recv, on_request, or a call's callback with status 0 for its
  * reply).  Its memory stays valid, and its receive credit stays
  * with this side, until evr_msg_release().  The handle outlives the conn.
- * NULL when called outside on_recv, or out of memory.  Its bytes, sent
+ * Called again in the same callback: the same handle, or NULL once that
+ * callback has released it (its bytes went back with it).  NULL when
+ * called outside on_recv, or out of memory.  Its bytes, sent
  * back on the same conn by evr_send() with a callback from the callback
  * that held it (release it in the send's callback), go from its receive
  * buffer without a copy when the peers agreed to headers in immediate

@@ -728,6 +728,8 @@ struct evr_conn {
 	struct evr__list rxq;		   /* in-order delivery queue */
 	evr_msg *cur_msg;		   /* message in on_recv */
 	evr_msg *cur_held;		   /* its held copy, if taken */
+	bool cur_taken;	/* it was held in this callback (maybe released
+			 * since): its buffer is no longer the callback's */
 	struct evr__list early;		   /* receives before established */
 	unsigned rndv_active;		   /* rendezvous reads running */
 	bool peer_bye;	     /* the peer's BYE arrived: it closes gracefully */

@@ -825,6 +825,7 @@ static EVR__ALWAYS_INLINE void deliver(evr_conn *c, struct evr__buf *b,
 	m.len = len;
 	c->cur_msg = &m;
 	c->cur_held = NULL;
+	c->cur_taken = false;
 	c->in_recv = true;
 	if (flags & EVR_F_CALL)
 		ctx->hooks.rpc_request(c, id, data, len);
@@ -834,8 +835,8 @@ static EVR__ALWAYS_INLINE void deliver(evr_conn *c, struct evr__buf *b,
 		c->o.on_recv(c, data, len, c->o.arg);
 	c->in_recv = false;
 	c->cur_msg = NULL;
-	if (c->cur_held) {
-		c->cur_held = NULL; /* ownership moved to the evr_msg */
+	c->cur_held = NULL;
+	if (c->cur_taken) { /* ownership moved to the evr_msg */
 		/* one receive fewer posted: credits we owe may now be all the
 		 * peer can wait for (evr__credit_peer_starved) */
 		evr__conn_dirty(c);
@@ -1322,14 +1323,15 @@ evr_msg *evr_conn_hold(evr_conn *c)
 	EVR_CONN_OWNER(c);
 	if (!c || !c->in_recv || !c->cur_msg)
 		return NULL;
-	if (c->cur_held)
-		return c->cur_held;
+	if (c->cur_taken)
+		return c->cur_held; /* NULL once released: its buffer is gone */
 	m = evr__stash_get(&c->ctx->msgs_free, sizeof(*m));
 	if (!m)
 		return NULL;
 	*m = *c->cur_msg;
 	evr__list_add_tail(&c->ctx->held, &m->link);
 	c->cur_held = m;
+	c->cur_taken = true;
 	return m;
 }
 
@@ -1339,16 +1341,18 @@ void evr__msg_redeliver(evr_conn *c, evr_msg *m,
 			void *arg)
 {
 	evr_msg cur = *m, *outer = c->cur_msg, *outer_held = c->cur_held;
-	bool outer_in = c->in_recv, taken;
+	bool outer_in = c->in_recv, outer_taken = c->cur_taken, taken;
 
 	c->cur_msg = &cur;
 	c->cur_held = NULL;
+	c->cur_taken = false;
 	c->in_recv = true;
 	fn(c, m->data, m->len, arg);
-	taken = c->cur_held != NULL;
+	taken = c->cur_taken;
 	c->in_recv = outer_in;
 	c->cur_msg = outer;
 	c->cur_held = outer_held;
+	c->cur_taken = outer_taken;
 	if (taken) { /* taken over: the buffer is the new handle's */
 		evr__list_del(&m->link);
 		msg_free(c->ctx, m);
@@ -1373,6 +1377,8 @@ void evr_msg_release(evr_msg *m)
 	if (!m)
 		return;
 	evr__list_del(&m->link);
+	if (m->conn && m->conn->cur_held == m)
+		m->conn->cur_held = NULL; /* released in the callback */
 	if (m->buf) {
 		if (m->conn) {
 			repost(m->conn, m->buf);

@@ -542,6 +542,58 @@ static void test_hold_release(void **state)
 	assert_int_equal(peer_recvs_posted(p), posted);
 }
 
+/* Held and released in the same callback: holding it again gives NULL
+ * (its buffer went back with the release), and the buffer is posted again
+ * once, not a second time when the callback returns; a message held in an
+ * earlier callback stays as it was. */
+static evr_msg *hrh_again;
+
+static void hold_release_hold(struct peer *p, const void *data, size_t len)
+{
+	evr_msg *m = evr_conn_hold(p->conn);
+
+	(void)data;
+	(void)len;
+	assert_non_null(m);
+	evr_msg_release(m);
+	hrh_again = evr_conn_hold(p->conn);
+}
+
+static void test_hold_release_hold(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	unsigned posted;
+
+	p->on_recv = hold_it;
+	posted = peer_recvs_posted(p);
+	peer_eager(p, "keep me", 7, 0);
+	peer_pump(f->ctx);
+	assert_non_null(held);
+	assert_int_equal(peer_recvs_posted(p), posted - 1);
+
+	p->on_recv = hold_release_hold;
+	hrh_again = (evr_msg *)1;
+	peer_eager(p, "let go", 6, 0);
+	peer_pump(f->ctx);
+	p->on_recv = NULL;
+	assert_int_equal(p->nmsgs, 2);
+	assert_null(hrh_again);
+	/* the released buffer is back, once; the first one still held */
+	assert_int_equal(peer_recvs_posted(p), posted - 1);
+	assert_int_equal(f->ctx->st.msgs_recv, 2);
+	assert_memory_equal(evr_msg_data(held), "keep me", 7);
+
+	peer_eager(p, "next", 4, 0);
+	peer_pump(f->ctx);
+	assert_int_equal(p->nmsgs, 3);
+	assert_int_equal(peer_recvs_posted(p), posted - 1);
+	evr_msg_release(held);
+	held = NULL;
+	peer_pump(f->ctx);
+	assert_int_equal(peer_recvs_posted(p), posted);
+}
+
 /* A held message outlives its conn. */
 static void test_hold_outlives_conn(void **state)
 {
@@ -1602,6 +1654,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rndv_recv_bad_key, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_hold_release, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_hold_release_hold, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_hold_outlives_conn,
 						setup, teardown),
