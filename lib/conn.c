@@ -902,7 +902,11 @@ void evr__conn_srq_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
 }
 
 /* Orphan the posted ops: their callbacks fire now with -ECANCELED, their
- * memory stays until the flush completions come (or the ctx goes). */
+ * memory stays until the flush completions come (or the ctx goes).  A
+ * zero-copy echo's (msg.c held_src) is the user's held receive buffer,
+ * which the callback may release, and which may then be filled again
+ * while its WR waits for its flush: harmless, as the QP is in the error
+ * state (start_flushing) and sends nothing more. */
 static void orphan_posted(evr_conn *c)
 {
 	struct evr__list *pos;
