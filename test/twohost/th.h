@@ -129,6 +129,28 @@ static inline void th_waitfor(const char *mark, double secs)
 	}
 }
 
+static inline double th_hostreq(const char *action, int n,
+				const char *arg);
+
+/* Undo the faults an earlier test that failed midway may have left, so
+ * that each test starts from healthy hosts and fails on its own account:
+ * the netem on this host's NIC (t_loss), host 2's link off or its vCPUs
+ * stopped (the host logs each one it undoes). */
+static inline void th_restore(void)
+{
+	const char *nic = getenv("EVR_HOST_IF");
+	char cmd[256];
+
+	if (nic) {
+		/* fails, quietly, where no qdisc of ours is installed */
+		snprintf(cmd, sizeof(cmd),
+			 "tc qdisc del dev %s root 2>/dev/null", nic);
+		if (system(cmd) == 0)
+			printf("# removed a netem left on %s\n", nic);
+	}
+	th_hostreq("restore", 2, NULL);
+}
+
 /* Call first.  timeout_s bounds the whole program on this host. */
 static inline void th_init(const char *name, unsigned timeout_s)
 {
@@ -154,6 +176,8 @@ static inline void th_init(const char *name, unsigned timeout_s)
 	alarm(timeout_s);
 	printf("# %s: host %d (%s, peer %s), boot %d\n", name, th.id,
 	       th.self, th.peer, th.boot);
+	if (th.id == 1 && th.boot == 1)
+		th_restore();
 }
 
 /* The end: host 2 reports success; host 1 waits for it (secs at most). */
