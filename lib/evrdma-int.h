@@ -265,7 +265,8 @@ struct evr__op {
 	bool quiet; /* EAGER without a callback: may end a batch unsignaled */
 	bool cb_at_post; /* eager: cb fires once posted (the flush), quiet */
 	/* EAGER inline in two pieces: the header (and a call's id) in ihdr,
-	 * ihdr_len bytes (0 with the header in immediate data), the payload
+	 * ihdr_len bytes (with the header in immediate data, only a call's
+	 * id, or nothing), the payload
 	 * at wqe.laddr (the user's buffer), copied into the WR by the post */
 	bool split;
 	/* EAGER: the payload lies in the receive buffer of a message held

@@ -218,9 +218,10 @@ static EVR__ALWAYS_INLINE int send_direct(evr_conn *c, const void *buf,
 	struct evr__hdr h;
 	uint8_t hdr[EVR_HDR_SIZE + EVR_CALL_ID_SIZE];
 	uint32_t idlen = flags ? EVR_CALL_ID_SIZE : 0;
-	/* a plain message's header may go in immediate data (proto.h) */
-	bool imm = c->imm_on && !flags;
-	uint32_t hlen = imm ? 0 : EVR_HDR_SIZE + idlen;
+	/* the header may go in immediate data, a reply's id before the
+	 * payload (proto.h) */
+	bool imm = c->imm_on;
+	uint32_t hlen = (imm ? 0 : EVR_HDR_SIZE) + idlen;
 
 	if (!c->in_recv || c->direct_sent || c->state != EVR_CS_ESTABLISHED ||
 	    !c->sq.sge2 || c->sq.max_inline < hlen ||
@@ -235,8 +236,10 @@ static EVR__ALWAYS_INLINE int send_direct(evr_conn *c, const void *buf,
 	h.credits = evr__credit_owed_now(&c->cr);
 	if (!imm)
 		encode_hdr(hdr, &h, flags, id);
+	else if (idlen)
+		evr__call_id_encode(hdr, id);
 	if (evr__sq_post_direct(&c->sq, hdr, hlen, buf, (uint32_t)len,
-				imm ? evr__imm_encode(0, h.credits) : 0,
+				imm ? evr__imm_encode(flags, h.credits) : 0,
 				(uintptr_t)&c->direct_wr))
 		return 1; /* not sent: the queue sends it */
 	evr__credit_sent(&c->cr, h.credits);
@@ -566,10 +569,10 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 	struct evr__buf *b;
 	/* a call's id follows the header */
 	uint32_t idlen = op->call_flags ? EVR_CALL_ID_SIZE : 0;
-	/* a plain message's header may go in immediate data (proto.h), not
-	 * one that carries a FIN */
-	bool imm = c->imm_on && !op->call_flags && !c->fin_carry;
-	uint32_t hlen = imm ? 0 : EVR_HDR_SIZE + idlen;
+	/* the header may go in immediate data (proto.h), not that of a
+	 * message that carries a FIN */
+	bool imm = c->imm_on && !c->fin_carry;
+	uint32_t hlen = (imm ? 0 : EVR_HDR_SIZE) + idlen;
 	bool rndv;
 	int err;
 
@@ -588,7 +591,7 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 		op->wqe.lkey = 0;
 		op->opcode = IBV_WR_SEND;
 		op->send_flags = IBV_SEND_INLINE;
-	} else if (!rndv && imm && op->zc && !op->cb_at_post) {
+	} else if (!rndv && imm && !idlen && op->zc && !op->cb_at_post) {
 		b = NULL; /* from the held receive buffer (held_src) */
 	} else {
 		b = evr__pool_get(&ctx->pool);
@@ -607,17 +610,21 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 	h.len = (uint32_t)(idlen + op->u.msg.len);
 	h.credits = evr__credit_piggyback(&c->cr);
 	if (imm) {
-		/* all payload: in two pieces with no header, from the held
-		 * receive buffer, or gathered */
+		/* a call's id and the payload: in two pieces with no header,
+		 * from the held receive buffer (no id), or gathered */
 		if (op->split) {
-			op->ihdr_len = 0;
+			if (idlen)
+				evr__call_id_encode(op->ihdr, op->call_id);
+			op->ihdr_len = (uint8_t)idlen;
 		} else if (!b) {
 			op->wqe.laddr = (uintptr_t)op->u.msg.src;
 			op->wqe.len = h.len; /* wqe.lkey: the buffer's */
 			op->send_flags = 0;  /* above max_inline (not split) */
 			ctx->st.zero_copy_sends++;
 		} else {
-			gather(b->data, op);
+			if (idlen)
+				evr__call_id_encode(b->data, op->call_id);
+			gather(b->data + idlen, op);
 			op->u.msg.buf = b;
 			evr__op_set_send(op, b, h.len, &c->sq);
 		}

@@ -232,13 +232,28 @@ int evr__imm_parse(uint32_t imm, const void *buf, size_t n,
 	out->hdr.type = EVR_T_EAGER;
 	out->hdr.flags = (uint8_t)(v >> 16);
 	out->hdr.credits = (uint16_t)v;
-	if (out->hdr.flags & ~EVR_F_WANT)
-		FAIL("flag other than the window's in immediate data");
+	if (out->hdr.flags & ~(EVR_F_WANT | EVR_F_CALL | EVR_F_REPLY))
+		FAIL("flag other than the window's or a call's in immediate "
+		     "data");
 	if (n > lim->max_eager)
 		FAIL("eager payload larger than the receive buffer");
 	out->hdr.len = (uint32_t)n;
 	out->payload = buf;
 	out->plen = (uint32_t)n;
+	if (out->hdr.flags & (EVR_F_CALL | EVR_F_REPLY)) {
+		if (!lim->calls)
+			FAIL("call flag without the calls extension");
+		if ((out->hdr.flags & (EVR_F_CALL | EVR_F_REPLY)) ==
+		    (EVR_F_CALL | EVR_F_REPLY))
+			FAIL("message both a call and a reply");
+		if (n < EVR_CALL_ID_SIZE)
+			FAIL("call message shorter than its id");
+		out->call_id = get32(buf);
+		if (out->call_id == 0)
+			FAIL("call id 0");
+		out->payload = (const uint8_t *)buf + EVR_CALL_ID_SIZE;
+		out->plen = (uint32_t)n - EVR_CALL_ID_SIZE;
+	}
 	return 0;
 }
 

@@ -84,15 +84,17 @@ enum evr__msg_type {
 
 /*
  * The header in immediate data, only between peers whose handshakes both
- * carried EVR_HS_F_IMM.  A plain EAGER message -- no call's id, no
- * carried FIN -- may go as a SEND with immediate data, whose 32 bits
- * (big endian on the wire, as verbs carries them) are
+ * carried EVR_HS_F_IMM.  An EAGER message without a carried FIN may go as
+ * a SEND with immediate data, whose 32 bits (big endian on the wire, as
+ * verbs carries them) are
  *
  *   EVR_IMM_EAGER u8 | flags u8 | credits u16
  *
- * and whose bytes are all payload: its length is the receive's byte
- * count.  flags: EVR_F_WANT alone, under the rules of the header's.  So
- * a message puts 8 bytes fewer on the wire; at 4 KiB, one packet fewer.
+ * and whose length is the receive's byte count.  flags: EVR_F_WANT, and
+ * EVR_F_CALL or EVR_F_REPLY (with the calls extension), under the rules
+ * of the header's.  A call's request or reply starts with its id (u32,
+ * not 0), the rest is payload; a plain message is all payload.  So a
+ * message puts 8 bytes fewer on the wire; at 4 KiB, one packet fewer.
  * A receiver tells it apart by IBV_WC_WITH_IMM on a receive completion
  * (a user's write with immediate data completes as another opcode).
  * Every other message keeps the header in band.
@@ -149,7 +151,7 @@ void evr__call_id_encode(uint8_t *out, uint32_t id);
 int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 		   struct evr__parsed *out, const char **why);
 
-/* The immediate data of a plain eager message (network order, for
+/* The immediate data of an eager message (network order, for
  * ibv_send_wr.imm_data); inline, since every such message takes it. */
 static inline uint32_t evr__imm_encode(uint8_t flags, uint16_t credits)
 {

@@ -176,9 +176,10 @@ static void check_hs(const uint8_t *p, size_t n)
  * bytes received. */
 static void check_imm(const uint8_t *p, size_t n, uint8_t sel)
 {
-	/* bits 0-2: eager size; 3: the extension agreed */
-	struct evr__limits lim = {64u << (sel & 7), 1u << 20, false, false,
-				  (sel & 0x08) != 0};
+	/* bits 0-2: eager size; 3: the extension agreed; 4: calls */
+	struct evr__limits lim = {64u << (sel & 7), 1u << 20,
+				  (sel & 0x10) != 0, false, (sel & 0x08) != 0};
+	uint8_t callf;
 	struct evr__parsed m;
 	const char *why = NULL;
 	uint32_t imm;
@@ -191,14 +192,19 @@ static void check_imm(const uint8_t *p, size_t n, uint8_t sel)
 			abort();
 		return;
 	}
-	/* only with the extension: a plain eager message, its flags the
-	 * window's at most, all its bytes payload, within the eager size,
-	 * and its immediate data what the encoder gives for them */
+	/* only with the extension: an eager message, its flags the
+	 * window's and (with calls) one of a call's at most, within the
+	 * eager size, its immediate data what the encoder gives for them;
+	 * all its bytes payload, or a call's id (not 0) and then payload */
+	callf = m.hdr.flags & (EVR_F_CALL | EVR_F_REPLY);
 	if (!lim.imm || m.hdr.type != EVR_T_EAGER ||
-	    (m.hdr.flags & ~EVR_F_WANT) || m.payload != p + 4 ||
-	    m.plen != n - 4 || m.hdr.len != m.plen ||
-	    m.plen > lim.max_eager || m.call_id || m.fin || m.give ||
-	    evr__imm_encode(m.hdr.flags, m.hdr.credits) != imm)
+	    (m.hdr.flags & ~(EVR_F_WANT | EVR_F_CALL | EVR_F_REPLY)) ||
+	    (callf && !lim.calls) || callf == (EVR_F_CALL | EVR_F_REPLY) ||
+	    m.hdr.len != n - 4 || m.hdr.len > lim.max_eager || m.fin ||
+	    m.give || evr__imm_encode(m.hdr.flags, m.hdr.credits) != imm)
+		abort();
+	if (callf ? !m.call_id || m.payload != p + 8 || m.plen != n - 8
+		  : m.call_id || m.payload != p + 4 || m.plen != n - 4)
 		abort();
 }
 

@@ -70,9 +70,11 @@ enum bad_case {
 	BAD_CALL_FLAG,	 /* offers calls, not agreed: sends a call anyway */
 	BAD_CANCEL,	 /* the same with a cancel */
 	/* a header in immediate data (EVR_HS_F_IMM): not offered, sent
-	 * anyway; offered and agreed, with an unknown tag */
+	 * anyway; offered and agreed, with an unknown tag; agreed, with a
+	 * call's flag, calls not agreed */
 	BAD_IMM_UNAGREED,
 	BAD_IMM_TAG,
+	BAD_IMM_CALL,
 	LIT_TYPE,	 /* literal bytes: the type after the last one */
 	LIT_LEN_BE,	 /* literal bytes: a length written big endian */
 	LIT_VALID,	 /* literal bytes: a valid message, echoed */
@@ -120,6 +122,7 @@ static const struct {
     [BAD_CANCEL] = {"cancel, calls not agreed", X_EPROTO},
     [BAD_IMM_UNAGREED] = {"header in immediate data, not agreed", X_EPROTO},
     [BAD_IMM_TAG] = {"immediate data, unknown tag", X_EPROTO},
+    [BAD_IMM_CALL] = {"immediate data, a call not agreed", X_EPROTO},
     [LIT_TYPE] = {"literal: type after CANCEL", X_EPROTO},
     [LIT_LEN_BE] = {"literal: big-endian length", X_EPROTO},
     [LIT_VALID] = {"literal: valid message", X_ECHO},
@@ -335,6 +338,7 @@ static size_t craft(enum bad_case bc, uint8_t *buf)
 		return EVR_HDR_SIZE + h.len;
 	case BAD_IMM_UNAGREED:
 	case BAD_IMM_TAG: /* all payload: the header is the immediate data */
+	case BAD_IMM_CALL: /* a call's id (0x33333333), then payload */
 		memset(buf, 0x33, 10);
 		return 10;
 	case LIT_TYPE:
@@ -632,7 +636,7 @@ static int raw_client(enum bad_case bc, uint16_t port)
 			hs.features = EVR_HS_F_CALLS;
 		if (bc == BAD_FIN_CARRIED)
 			hs.features = EVR_HS_F_FIN;
-		if (bc == BAD_IMM_TAG)
+		if (bc == BAD_IMM_TAG || bc == BAD_IMM_CALL)
 			hs.features = EVR_HS_F_IMM;
 		n = evr__hs_encode(pdata, &hs);
 	}
@@ -664,7 +668,7 @@ static int raw_client(enum bad_case bc, uint16_t port)
 	if (bc == BAD_FIN_CARRIED &&
 	    (cm_pdata_len < 24 || cm_pdata[7] != EVR_HS_F_FIN))
 		return 29;
-	if (bc == BAD_IMM_TAG &&
+	if ((bc == BAD_IMM_TAG || bc == BAD_IMM_CALL) &&
 	    (cm_pdata_len < 24 || cm_pdata[7] != EVR_HS_F_IMM))
 		return 29;
 
@@ -677,6 +681,7 @@ static int raw_client(enum bad_case bc, uint16_t port)
 	if (raw_send_imm(id, mr, mem[0], n,
 			 bc == BAD_IMM_UNAGREED ? evr__imm_encode(0, 0)
 			 : bc == BAD_IMM_TAG    ? htobe32(0xe2000000u)
+			 : bc == BAD_IMM_CALL   ? evr__imm_encode(EVR_F_CALL, 0)
 						: 0))
 		return 17;
 	if (bc == LIT_VALID && (rc = raw_echo_and_bye(id, cq, mr, mem)))

@@ -664,8 +664,22 @@ void peer_call_frame(struct peer *p, uint8_t type, uint8_t flags,
 void peer_call_eager(struct peer *p, uint8_t flags, uint32_t cid,
 		     const void *data, size_t len, uint16_t credits)
 {
-	peer_call_frame(p, EVR_T_EAGER, flags, cid, credits, data,
-			(uint32_t)len);
+	uint8_t *buf;
+
+	if (!p->imm_hdr) {
+		peer_call_frame(p, EVR_T_EAGER, flags, cid, credits, data,
+				(uint32_t)len);
+		return;
+	}
+	/* the header in immediate data, the id before the payload */
+	buf = malloc(EVR_CALL_ID_SIZE + len);
+	assert_non_null(buf);
+	evr__call_id_encode(buf, cid);
+	if (len)
+		memcpy(buf + EVR_CALL_ID_SIZE, data, len);
+	peer_imm_raw(p, be32toh(evr__imm_encode(flags, credits)), buf,
+		     EVR_CALL_ID_SIZE + len);
+	free(buf);
 }
 
 void peer_call_rndv_req(struct peer *p, uint8_t flags, uint32_t cid,

@@ -101,8 +101,8 @@ struct peer {
 	 * default, like calls. */
 	bool fin;
 	/* imm_hdr: the peer's handshake speaks EVR_HS_F_IMM (headers in
-	 * immediate data), and peer_next parses such frames.  Off by
-	 * default. */
+	 * immediate data), peer_next parses such frames, and
+	 * peer_call_eager sends so.  Off by default. */
 	bool imm_hdr;
 	uint8_t newer_features; /* more bits its handshake offers (unknown) */
 	/* evr_call_cb of calls made with peer_call_arg: index -> count,

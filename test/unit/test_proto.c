@@ -1371,10 +1371,53 @@ static void expect_imm_proto(uint32_t imm, size_t n,
 	assert_string_equal(why, reason);
 }
 
-/* Without the extension; another tag; any flag but the window's; more
- * bytes than the eager size. */
+static const struct evr__limits lim_imm_calls = {
+    .max_eager = 8192,
+    .max_msg = 1ull << 40,
+    .calls = true,
+    .imm = true,
+};
+
+/* A call's request and reply with the header in immediate data: the id
+ * is the first 4 bytes (little endian, as in band), the payload the
+ * rest. */
+static void test_imm_calls(void **state)
+{
+	static uint8_t buf[8192] = {0x12, 0x34, 0x56, 0x78, 'h', 'i'};
+	struct evr__parsed p;
+	const char *why = NULL;
+
+	(void)state;
+	assert_int_equal(evr__imm_parse(evr__imm_encode(EVR_F_CALL |
+							    EVR_F_WANT,
+							7),
+					buf, 6, &lim_imm_calls, &p, &why),
+			 0);
+	assert_int_equal(p.hdr.flags, EVR_F_CALL | EVR_F_WANT);
+	assert_int_equal(p.hdr.credits, 7);
+	assert_int_equal(p.hdr.len, 6);
+	assert_int_equal(p.call_id, 0x78563412);
+	assert_ptr_equal(p.payload, buf + 4);
+	assert_int_equal(p.plen, 2);
+	/* a reply with nothing but its id; one as large as the eager size */
+	assert_int_equal(evr__imm_parse(evr__imm_encode(EVR_F_REPLY, 0), buf,
+					4, &lim_imm_calls, &p, &why),
+			 0);
+	assert_int_equal(p.hdr.flags, EVR_F_REPLY);
+	assert_int_equal(p.call_id, 0x78563412);
+	assert_int_equal(p.plen, 0);
+	assert_int_equal(evr__imm_parse(evr__imm_encode(EVR_F_REPLY, 0), buf,
+					sizeof(buf), &lim_imm_calls, &p, &why),
+			 0);
+	assert_int_equal(p.plen, sizeof(buf) - 4);
+}
+
+/* Without the extension; another tag; any flag but the window's and a
+ * call's; a call's without the calls extension, both of them, no room
+ * for the id, id 0; more bytes than the eager size. */
 static void test_imm_rejects(void **state)
 {
+	static const uint8_t id0[4];
 	uint8_t f;
 
 	(void)state;
@@ -1384,13 +1427,34 @@ static void test_imm_rejects(void **state)
 	expect_imm_proto(htobe32((EVR_IMM_EAGER ^ 1) << 24), 4, &lim_imm,
 			 "unknown immediate data");
 	for (f = 1; f; f = (uint8_t)(f << 1)) {
-		if (f == EVR_F_WANT)
+		if (f == EVR_F_WANT || f == EVR_F_CALL || f == EVR_F_REPLY)
 			continue;
-		expect_imm_proto(evr__imm_encode(f, 0), 4, &lim_imm,
-				 "flag other than the window's in immediate "
-				 "data");
+		expect_imm_proto(evr__imm_encode(f, 0), 4, &lim_imm_calls,
+				 "flag other than the window's or a call's in "
+				 "immediate data");
+	}
+	expect_imm_proto(evr__imm_encode(EVR_F_CALL, 0), 4, &lim_imm,
+			 "call flag without the calls extension");
+	expect_imm_proto(evr__imm_encode(EVR_F_REPLY, 0), 4, &lim_imm,
+			 "call flag without the calls extension");
+	expect_imm_proto(evr__imm_encode(EVR_F_CALL | EVR_F_REPLY, 0), 4,
+			 &lim_imm_calls, "message both a call and a reply");
+	expect_imm_proto(evr__imm_encode(EVR_F_CALL, 0), 3, &lim_imm_calls,
+			 "call message shorter than its id");
+	{
+		struct evr__parsed p;
+		const char *why = NULL;
+
+		assert_int_equal(evr__imm_parse(evr__imm_encode(EVR_F_REPLY,
+								0),
+						id0, 4, &lim_imm_calls, &p,
+						&why),
+				 -EPROTO);
+		assert_string_equal(why, "call id 0");
 	}
 	expect_imm_proto(evr__imm_encode(0, 0), 8193, &lim_imm,
+			 "eager payload larger than the receive buffer");
+	expect_imm_proto(evr__imm_encode(EVR_F_CALL, 0), 8193, &lim_imm_calls,
 			 "eager payload larger than the receive buffer");
 }
 
@@ -1541,6 +1605,7 @@ int main(void)
 	    cmocka_unit_test(test_call_rejects),
 	    cmocka_unit_test(test_fin_carried),
 	    cmocka_unit_test(test_imm_roundtrip),
+	    cmocka_unit_test(test_imm_calls),
 	    cmocka_unit_test(test_imm_rejects),
 	    cmocka_unit_test(test_hs_old_peer),
 	    cmocka_unit_test(test_rkey_layout),

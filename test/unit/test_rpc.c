@@ -60,6 +60,16 @@ struct how {
 	unsigned interval;  /* our signal interval (0: peer.c's, 1) */
 };
 
+/* The second run of the suite: the peer speaks headers in immediate data
+ * (EVR_HS_F_IMM), so calls' requests and replies go that way, both ways. */
+static bool imm_all;
+
+/* The bytes of a header in band: none in immediate data. */
+static uint32_t in_band(void)
+{
+	return imm_all ? 0 : EVR_HDR_SIZE;
+}
+
 static int setup_how(void **state, const struct how *h)
 {
 	struct evr_ctx_opts o;
@@ -71,6 +81,7 @@ static int setup_how(void **state, const struct how *h)
 	if (h->interval)
 		o.signal_interval = h->interval;
 	f->ctx = peer_start(&f->p, &o);
+	f->p.imm_hdr = imm_all;
 	f->p.calls = h->calls;
 	f->p.serve = h->serve;
 	f->p.max_calls = h->max_calls;
@@ -234,7 +245,11 @@ static void next_msg(struct peer *p, struct peer_frame *fr)
 {
 	do {
 		assert_true(peer_next(p, fr));
-		assert_int_equal(fr->wr.opcode, IBV_WR_SEND);
+		assert_int_equal(fr->wr.opcode, fr->msg.hdr.type ==
+							EVR_T_EAGER &&
+							p->imm_hdr
+						    ? IBV_WR_SEND_WITH_IMM
+						    : IBV_WR_SEND);
 		assert_true(fr->parsed);
 	} while (fr->msg.hdr.type == EVR_T_CREDIT);
 }
@@ -382,7 +397,8 @@ static void test_hs_accept_serves(void **state)
 
 	assert_int_equal(evr__hs_decode(m->pd, m->pdlen, &hs, &why), 0);
 	assert_int_equal(hs.kind, EVR_HS_REP);
-	assert_int_equal(hs.features, EVR_HS_F_CALLS);
+	assert_int_equal(hs.features,
+			 EVR_HS_F_CALLS | (imm_all ? EVR_HS_F_IMM : 0));
 	assert_true(f->p.conn->rpc_on);
 }
 
@@ -397,7 +413,7 @@ static void test_hs_accept_no_calls(void **state)
 
 	assert_int_equal(evr__hs_decode(m->pd, m->pdlen, &hs, &why), 0);
 	assert_int_equal(hs.kind, EVR_HS_REP);
-	assert_int_equal(hs.features, 0);
+	assert_int_equal(hs.features, imm_all ? EVR_HS_F_IMM : 0);
 	assert_false(f->p.conn->rpc_on);
 	assert_int_equal(evr_call(f->p.conn, "x", 1, 0, peer_call_cb,
 				  peer_call_arg(&f->p, 0), NULL),
@@ -498,8 +514,8 @@ static void test_request_done_after_post(void **state)
 		assert_true(a[i].nsend_then >= n0 + i + 1); /* after its post */
 		assert_true(w->flags & IBV_SEND_INLINE);
 		memset(want, (int)i + 1, sizeof(want));
-		assert_int_equal(w->len, EVR_HDR_SIZE + 4 + sizeof(want));
-		assert_memory_equal(w->data + EVR_HDR_SIZE + 4, want,
+		assert_int_equal(w->len, in_band() + 4 + sizeof(want));
+		assert_memory_equal(w->data + in_band() + 4, want,
 				    sizeof(want));
 	}
 	peer_ack(p);
@@ -777,8 +793,9 @@ static void test_eager_boundary(void **state)
 	expect_rndv(p, EVR_F_CALL, id1, req, EAGER_MAX + 1);
 }
 
-/* A small call goes inline, in two pieces (header and id, then the
- * user's bytes): the peer gets the same frame. */
+/* A small call goes inline, in two pieces (header and id, or only the id
+ * with the header in immediate data, then the user's bytes): the peer
+ * gets the same frame. */
 static void test_eager_inline(void **state)
 {
 	struct fix *f = *state;
@@ -790,7 +807,7 @@ static void test_eager_inline(void **state)
 	peer_pump(f->ctx);
 	assert_true(peer_next(p, &fr));
 	assert_true(fr.wr.flags & IBV_SEND_INLINE);
-	assert_int_equal(fr.wr.len, EVR_HDR_SIZE + EVR_CALL_ID_SIZE + 4);
+	assert_int_equal(fr.wr.len, in_band() + EVR_CALL_ID_SIZE + 4);
 	assert_true(fr.parsed);
 	assert_int_equal(fr.msg.hdr.flags, EVR_F_CALL);
 	assert_int_equal(fr.msg.call_id, id);
@@ -1826,9 +1843,10 @@ static void test_serve_rndv_reply(void **state)
 /* A reply without a callback, from on_request, small enough to go
  * inline: the direct way (msg.c send_direct).  What reply_direct saw. */
 #define DR_LEN	  100 /* a reply: more than EVR_SEND_COPY_MAX */
-#define DR_INLINE 116 /* the most that goes inline: 128 - header - id */
+/* the most that goes inline: 128 - header (in band) - id */
+#define DR_INLINE (128 - in_band() - EVR_CALL_ID_SIZE)
 static struct {
-	uint8_t buf[DR_INLINE + 1];
+	uint8_t buf[128 - EVR_CALL_ID_SIZE + 1]; /* DR_INLINE + 1 at most */
 	size_t len;	 /* of buf, the reply's bytes */
 	bool fail_post;	 /* make the direct post fail */
 	bool overwrite;	 /* overwrite buf once evr_reply returned */
@@ -2467,5 +2485,10 @@ int main(void)
 	    T(test_serve_handle_outlives_conn, setup_server_srq),
 	};
 
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	int failed = cmocka_run_group_tests_name("headers in band", tests,
+						 NULL, NULL);
+
+	imm_all = true;
+	return failed | cmocka_run_group_tests_name(
+			    "headers in immediate data", tests, NULL, NULL);
 }
