@@ -101,6 +101,34 @@ static bool is_data(uint8_t type)
 	return type == EVR_T_EAGER || type == EVR_T_RNDV_REQ;
 }
 
+/* A call's id: the first 4 of the n bytes, never 0. */
+static int call_id_take(const uint8_t *p, size_t n, uint32_t *id,
+			const char **why)
+{
+	if (n < EVR_CALL_ID_SIZE)
+		FAIL("call message shorter than its id");
+	*id = get32(p);
+	if (*id == 0)
+		FAIL("call id 0");
+	return 0;
+}
+
+/* The checks of a call's or reply's flags and id, in band and in
+ * immediate data alike; data: the message is of a type that may carry
+ * one (always so in immediate data). */
+static int call_take(uint8_t flags, bool data, const uint8_t *p, size_t n,
+		     const struct evr__limits *lim, uint32_t *id,
+		     const char **why)
+{
+	if (!lim->calls)
+		FAIL("call flag without the calls extension");
+	if (!data)
+		FAIL("call flag on a message other than data");
+	if ((flags & (EVR_F_CALL | EVR_F_REPLY)) == (EVR_F_CALL | EVR_F_REPLY))
+		FAIL("message both a call and a reply");
+	return call_id_take(p, n, id, why);
+}
+
 int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 		   struct evr__parsed *out, const char **why)
 {
@@ -124,18 +152,9 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 		FAIL("header length does not match the bytes received");
 	p += EVR_HDR_SIZE;
 	if (out->hdr.flags & (EVR_F_CALL | EVR_F_REPLY)) {
-		if (!lim->calls)
-			FAIL("call flag without the calls extension");
-		if (!is_data(out->hdr.type))
-			FAIL("call flag on a message other than data");
-		if ((out->hdr.flags & (EVR_F_CALL | EVR_F_REPLY)) ==
-		    (EVR_F_CALL | EVR_F_REPLY))
-			FAIL("message both a call and a reply");
-		if (out->hdr.len < EVR_CALL_ID_SIZE)
-			FAIL("call message shorter than its id");
-		out->call_id = get32(p);
-		if (out->call_id == 0)
-			FAIL("call id 0");
+		if (call_take(out->hdr.flags, is_data(out->hdr.type), p,
+			      out->hdr.len, lim, &out->call_id, why))
+			return -EPROTO;
 		p += EVR_CALL_ID_SIZE;
 		call = EVR_CALL_ID_SIZE;
 	}
@@ -209,10 +228,7 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 			FAIL("flag on a cancel");
 		if (out->hdr.len != EVR_CALL_ID_SIZE)
 			FAIL("cancel of the wrong size");
-		out->call_id = get32(p);
-		if (out->call_id == 0)
-			FAIL("call id 0");
-		return 0;
+		return call_id_take(p, out->hdr.len, &out->call_id, why);
 	default:
 		FAIL("unknown message type");
 	}
@@ -241,16 +257,9 @@ int evr__imm_parse(uint32_t imm, const void *buf, size_t n,
 	out->payload = buf;
 	out->plen = (uint32_t)n;
 	if (out->hdr.flags & (EVR_F_CALL | EVR_F_REPLY)) {
-		if (!lim->calls)
-			FAIL("call flag without the calls extension");
-		if ((out->hdr.flags & (EVR_F_CALL | EVR_F_REPLY)) ==
-		    (EVR_F_CALL | EVR_F_REPLY))
-			FAIL("message both a call and a reply");
-		if (n < EVR_CALL_ID_SIZE)
-			FAIL("call message shorter than its id");
-		out->call_id = get32(buf);
-		if (out->call_id == 0)
-			FAIL("call id 0");
+		if (call_take(out->hdr.flags, true, buf, n, lim, &out->call_id,
+			      why))
+			return -EPROTO;
 		out->payload = (const uint8_t *)buf + EVR_CALL_ID_SIZE;
 		out->plen = (uint32_t)n - EVR_CALL_ID_SIZE;
 	}
