@@ -731,6 +731,9 @@ struct evr_conn {
 	evr_msg *cur_held;		   /* its held copy, if taken */
 	bool cur_taken;	/* it was held in this callback (maybe released
 			 * since): its buffer is no longer the callback's */
+	/* the held copies of the callbacks this one runs inside
+	 * (evr__msg_redeliver): a release there forgets them too */
+	struct evr__held_frame *held_up;
 	struct evr__list early;		   /* receives before established */
 	unsigned rndv_active;		   /* rendezvous reads running */
 	bool peer_bye;	     /* the peer's BYE arrived: it closes gracefully */
@@ -1225,6 +1228,12 @@ int evr__msg_send_call(evr_conn *c, const void *buf, size_t len,
 bool evr__msg_withdraw(evr_conn *c, struct evr__op *op);
 /* Queue a CANCEL of call id to the peer (behind what is queued). */
 int evr__msg_send_cancel(evr_conn *c, uint32_t id);
+/* An outer callback's held copy, kept while evr__msg_redeliver runs
+ * another callback inside it (c->held_up). */
+struct evr__held_frame {
+	evr_msg *held;
+	struct evr__held_frame *up;
+};
 /* Deliver a message held with evr_conn_hold() again, inside fn (where
  * evr_conn_hold() takes it over); released after fn unless taken. */
 void evr__msg_redeliver(evr_conn *c, evr_msg *m,

@@ -1347,18 +1347,21 @@ void evr__msg_redeliver(evr_conn *c, evr_msg *m,
 				   void *arg),
 			void *arg)
 {
-	evr_msg cur = *m, *outer = c->cur_msg, *outer_held = c->cur_held;
+	evr_msg cur = *m, *outer = c->cur_msg;
+	struct evr__held_frame fr = {c->cur_held, c->held_up};
 	bool outer_in = c->in_recv, outer_taken = c->cur_taken, taken;
 
 	c->cur_msg = &cur;
 	c->cur_held = NULL;
 	c->cur_taken = false;
+	c->held_up = &fr; /* fn may release the outer copy */
 	c->in_recv = true;
 	fn(c, m->data, m->len, arg);
 	taken = c->cur_taken;
 	c->in_recv = outer_in;
 	c->cur_msg = outer;
-	c->cur_held = outer_held;
+	c->held_up = fr.up;
+	c->cur_held = fr.held; /* NULL if fn released it */
 	c->cur_taken = outer_taken;
 	if (taken) { /* taken over: the buffer is the new handle's */
 		evr__list_del(&m->link);
@@ -1384,8 +1387,15 @@ void evr_msg_release(evr_msg *m)
 	if (!m)
 		return;
 	evr__list_del(&m->link);
-	if (m->conn && m->conn->cur_held == m)
-		m->conn->cur_held = NULL; /* released in the callback */
+	if (m->conn) { /* released in the callback, or one outside it */
+		struct evr__held_frame *fr;
+
+		if (m->conn->cur_held == m)
+			m->conn->cur_held = NULL;
+		for (fr = m->conn->held_up; fr; fr = fr->up)
+			if (fr->held == m)
+				fr->held = NULL;
+	}
 	if (m->buf) {
 		if (m->conn) {
 			repost(m->conn, m->buf);

@@ -559,28 +559,45 @@ static void hold_release_hold(struct peer *p, const void *data, size_t len)
 	hrh_again = evr_conn_hold(p->conn);
 }
 
+/* One message in, held (held); the receives posted before it. */
+static unsigned hold_first(struct fix *f, const char *s)
+{
+	struct peer *p = &f->p;
+	unsigned posted = peer_recvs_posted(p);
+
+	p->on_recv = hold_it;
+	peer_eager(p, s, strlen(s), 0);
+	peer_pump(f->ctx);
+	assert_non_null(held);
+	assert_int_equal(peer_recvs_posted(p), posted - 1);
+	return posted;
+}
+
+/* A second message through cb, which sets *again to what holding after
+ * a release gave: NULL; its buffer is back, the first still held. */
+static void second_rehold(struct fix *f, unsigned posted,
+			  void (*cb)(struct peer *, const void *, size_t),
+			  const char *s, evr_msg **again)
+{
+	struct peer *p = &f->p;
+
+	p->on_recv = cb;
+	*again = (evr_msg *)1;
+	peer_eager(p, s, strlen(s), 0);
+	peer_pump(f->ctx);
+	p->on_recv = NULL;
+	assert_int_equal(p->nmsgs, 2);
+	assert_null(*again);
+	assert_int_equal(peer_recvs_posted(p), posted - 1);
+}
+
 static void test_hold_release_hold(void **state)
 {
 	struct fix *f = *state;
 	struct peer *p = &f->p;
-	unsigned posted;
+	unsigned posted = hold_first(f, "keep me");
 
-	p->on_recv = hold_it;
-	posted = peer_recvs_posted(p);
-	peer_eager(p, "keep me", 7, 0);
-	peer_pump(f->ctx);
-	assert_non_null(held);
-	assert_int_equal(peer_recvs_posted(p), posted - 1);
-
-	p->on_recv = hold_release_hold;
-	hrh_again = (evr_msg *)1;
-	peer_eager(p, "let go", 6, 0);
-	peer_pump(f->ctx);
-	p->on_recv = NULL;
-	assert_int_equal(p->nmsgs, 2);
-	assert_null(hrh_again);
-	/* the released buffer is back, once; the first one still held */
-	assert_int_equal(peer_recvs_posted(p), posted - 1);
+	second_rehold(f, posted, hold_release_hold, "let go", &hrh_again);
 	assert_int_equal(f->ctx->st.msgs_recv, 2);
 	assert_memory_equal(evr_msg_data(held), "keep me", 7);
 
@@ -590,6 +607,53 @@ static void test_hold_release_hold(void **state)
 	assert_int_equal(peer_recvs_posted(p), posted - 1);
 	evr_msg_release(held);
 	held = NULL;
+	peer_pump(f->ctx);
+	assert_int_equal(peer_recvs_posted(p), posted);
+}
+
+/* A callback run inside another (evr__msg_redeliver: a call's held
+ * reply, ended from within a delivery) may release the outer callback's
+ * held copy: back in the outer callback that copy is gone, and holding
+ * again gives NULL, never the released handle. */
+static evr_msg *nest_outer, *nest_inner, *nest_again;
+static char nest_seen[8];
+
+static void nest_inner_fn(evr_conn *c, const void *data, size_t len,
+			  void *arg)
+{
+	(void)arg;
+	assert_true(len < sizeof(nest_seen));
+	memcpy(nest_seen, data, len);
+	evr_msg_release(nest_outer);
+	nest_inner = evr_conn_hold(c); /* the redelivered one, taken over */
+	assert_non_null(nest_inner);
+}
+
+static void nest_outer_fn(struct peer *p, const void *data, size_t len)
+{
+	(void)data;
+	(void)len;
+	nest_outer = evr_conn_hold(p->conn);
+	assert_non_null(nest_outer);
+	evr__msg_redeliver(p->conn, held, nest_inner_fn, NULL);
+	held = NULL; /* taken over by nest_inner */
+	nest_again = evr_conn_hold(p->conn);
+}
+
+static void test_redeliver_releases_outer(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	unsigned posted = hold_first(f, "inner");
+
+	/* the outer buffer is back, once; the inner one held anew */
+	second_rehold(f, posted, nest_outer_fn, "outer", &nest_again);
+	assert_memory_equal(nest_seen, "inner", 5);
+	assert_int_equal(evr_msg_len(nest_inner), 5);
+	assert_memory_equal(evr_msg_data(nest_inner), "inner", 5);
+	assert_null(p->conn->held_up);
+	evr_msg_release(nest_inner);
+	nest_inner = NULL;
 	peer_pump(f->ctx);
 	assert_int_equal(peer_recvs_posted(p), posted);
 }
@@ -1657,6 +1721,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_hold_release_hold, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_redeliver_releases_outer,
+						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hold_outlives_conn,
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hold_starved_peer, setup,
