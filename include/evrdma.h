@@ -448,11 +448,12 @@ struct evr_stats {
 	 *  nothing queued: posted at once, inline and without the send
 	 *  queue's machinery. */
 	uint64_t direct_sends;
-	/** Eager messages prepared to go from the receive buffer of a
-	 *  message held (evr_conn_hold) in the callback that sent them, with
-	 *  a callback of their own, without a copy: above the inline size,
-	 *  between peers whose messages carry their headers in immediate
-	 *  data (counted when built, so also those that then fail). */
+	/** Eager messages prepared to go without a copy, with a callback of
+	 *  their own: from the receive buffer of a message held
+	 *  (evr_conn_hold) in the callback that sent them, or from inside an
+	 *  evr_mr_reg() region; above the inline size, between peers whose
+	 *  messages carry their headers in immediate data (counted when
+	 *  built, so also those that then fail). */
 	uint64_t zero_copy_sends;
 };
 
@@ -912,7 +913,11 @@ EVR_EXPORT evr_conn *evr_request_conn(const evr_request *req);
 #define EVR_ACCESS_REMOTE_ATOMIC 4u
 
 /** Register [addr, addr+len) with the ctx's PD.  The memory stays the
- *  caller's; it must outlive the registration.  A region with
+ *  caller's; it must outlive the registration.  An eager message sent
+ *  with a callback from inside a region (any access) goes from there
+ *  without a copy, where the peers agreed to headers in immediate data
+ *  and it is above the inline size (evr_stats.zero_copy_sends); the
+ *  region is busy until the callback.  A region with
  *  EVR_ACCESS_REMOTE_READ is also a zero-copy source of rendezvous
  *  messages where the device's memory windows bound reads
  *  (evr_stats.rndv_access EVR_RNDV_WINDOW; the region is then registered

@@ -270,8 +270,9 @@ struct evr__op {
 	 * at wqe.laddr (the user's buffer), copied into the WR by the post */
 	bool split;
 	/* EAGER: the payload lies in the receive buffer of a message held
-	 * in the callback that sent it (msg.c held_src), whose key is in
-	 * wqe.lkey: with the header in immediate data, sent from there */
+	 * in the callback that sent it (msg.c held_src), or in a region of
+	 * the user's (msg.umr), whose key is in wqe.lkey: with the header
+	 * in immediate data, sent from there */
 	bool zc;
 	uint8_t ihdr_len;
 	uint16_t iovcnt;    /* EAGER/RNDV from iovecs, until built */
@@ -291,6 +292,9 @@ struct evr__op {
 				struct evr__rndv_tx *rt; /* RNDV, once built */
 			};
 			size_t len; /* message length */
+			/* zc from the user's region: kept from deregistering
+			 * (busy) until the send is over */
+			evr_mr *umr;
 		} msg;
 		struct { /* CTRL */
 			struct evr__buf *buf;
@@ -540,6 +544,9 @@ int evr__reg_get(evr_ctx *ctx, const void *addr, size_t len,
 		 struct evr__reg **out);
 void evr__reg_put(evr_ctx *ctx, struct evr__reg *r);
 void evr__reg_cache_fini(evr_ctx *ctx);
+/* The user's region (evr_mr_reg) that holds all len bytes at addr, any
+ * access: a send's source without a copy; NULL if none. */
+evr_mr *evr__mr_local(evr_ctx *ctx, const void *addr, size_t len);
 
 /* ---- completion queues (cq.c) ---- */
 struct evr__cq {

@@ -193,8 +193,10 @@ static struct evr__reg *reg_covering(evr_ctx *ctx, uintptr_t s, uintptr_t e)
 	return NULL;
 }
 
-/* A user registration that covers [s, e) and allows remote read. */
-static evr_mr *mr_covering(evr_ctx *ctx, uintptr_t s, uintptr_t e)
+/* The user's region, with at least the access of need, that holds all of
+ * [s, e); NULL if none. */
+static evr_mr *mr_covering(evr_ctx *ctx, uintptr_t s, uintptr_t e,
+			   unsigned need)
 {
 	struct evr__list *pos;
 
@@ -203,11 +205,20 @@ static evr_mr *mr_covering(evr_ctx *ctx, uintptr_t s, uintptr_t e)
 		evr_mr *m = evr__container_of(pos, evr_mr, link);
 		uintptr_t ms = (uintptr_t)m->mr->addr;
 
-		if ((m->access & EVR_ACCESS_REMOTE_READ) && ms <= s &&
+		if ((m->access & need) == need && ms <= s &&
 		    e <= ms + m->mr->length)
 			return m;
 	}
 	return NULL;
+}
+
+evr_mr *evr__mr_local(evr_ctx *ctx, const void *addr, size_t len)
+{
+	uintptr_t s = (uintptr_t)addr;
+
+	if (evr__list_empty(&ctx->mrs) || s + len < s)
+		return NULL;
+	return mr_covering(ctx, s, s + len, EVR_ACCESS_LOCAL);
 }
 
 int evr__reg_get(evr_ctx *ctx, const void *addr, size_t len,
@@ -233,7 +244,8 @@ int evr__reg_get(evr_ctx *ctx, const void *addr, size_t len,
 	evr__list_init(&r->link);
 	/* a user registration, borrowed: read through a window over the
 	 * message (never without one) */
-	if (ctx->rndv_access == EVR_RNDV_WINDOW && (m = mr_covering(ctx, s, e))) {
+	if (ctx->rndv_access == EVR_RNDV_WINDOW &&
+	    (m = mr_covering(ctx, s, e, EVR_ACCESS_REMOTE_READ))) {
 		r->user = m;
 		r->mr = m->mr;
 		r->start = s;

@@ -121,6 +121,24 @@ static bool held_src(const evr_conn *c, const void *src, size_t len,
 	return true;
 }
 
+/* Do the len bytes at src lie in a region the user registered
+ * (evr_mr_reg)?  Then the region is op's (busy: not deregistered until
+ * send_complete), its key in wqe.lkey: the message may go from there,
+ * without a copy -- unless it fits inline in the WR.  The bytes stay in
+ * place until the callback (evr_send's contract). */
+static bool user_src(evr_conn *c, struct evr__op *op, const void *src,
+		     size_t len)
+{
+	evr_mr *m;
+
+	if (len <= c->sq.max_inline || !(m = evr__mr_local(c->ctx, src, len)))
+		return false;
+	m->busy++;
+	op->u.msg.umr = m;
+	op->wqe.lkey = m->mr->lkey;
+	return true;
+}
+
 /* Inlined into each entry point: evr_send() runs for every message, and
  * a call with nine arguments costs about 25 instructions of its own. */
 static EVR__ALWAYS_INLINE int send_common(evr_conn *c, const void *buf,
@@ -162,7 +180,8 @@ static EVR__ALWAYS_INLINE int send_common(evr_conn *c, const void *buf,
 		op->iovcnt = (uint16_t)iovcnt;
 	} else {
 		op->u.msg.src = buf;
-		op->zc = cb && held_src(c, buf, len, &op->wqe.lkey);
+		op->zc = cb && (held_src(c, buf, len, &op->wqe.lkey) ||
+				user_src(c, op, buf, len));
 	}
 	/* EVR_OP_EAGER for now: eager or rendezvous is decided at post */
 	op->u.msg.len = len;
@@ -592,7 +611,7 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 		op->opcode = IBV_WR_SEND;
 		op->send_flags = IBV_SEND_INLINE;
 	} else if (!rndv && imm && !idlen && op->zc && !op->cb_at_post) {
-		b = NULL; /* from the held receive buffer (held_src) */
+		b = NULL; /* from the held buffer or the user's region */
 	} else {
 		b = evr__pool_get(&ctx->pool);
 		if (!b)
@@ -746,6 +765,10 @@ static void send_complete(struct evr__op *op, int status)
 	if (op->u.msg.buf) {
 		evr__pool_put(&ctx->pool, op->u.msg.buf);
 		op->u.msg.buf = NULL;
+	}
+	if (op->u.msg.umr) { /* (a rendezvous request's: at its send) */
+		op->u.msg.umr->busy--;
+		op->u.msg.umr = NULL;
 	}
 	if (op->kind == EVR_OP_RNDV) {
 		if (status && !op->status)

@@ -124,10 +124,11 @@ static int sizes_done(void *arg)
  * and that exactly the messages larger than eager went by rendezvous.
  * hold: the server echoes from the received bytes, held; those of the
  * eager ones that do not go inline (above rxe's 128 bytes) go without a
- * copy.
+ * copy.  reg: the client sends from one region it registered
+ * (evr_mr_reg), and those eager ones go without a copy as well.
  */
 static void run_sizes_how(size_t eager, const size_t *sizes, int n, bool v6,
-			  bool hold)
+			  bool hold, bool reg)
 {
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct evr_ctx_opts o;
@@ -135,8 +136,9 @@ static void run_sizes_how(size_t eager, const size_t *sizes, int n, bool v6,
 	struct evr_stats st;
 	struct rt_pair p;
 	evr_listener *l6 = NULL;
-	uint8_t *bufs[16];
-	uint64_t total = 0, nrndv = 0, nzc = 0;
+	uint8_t *bufs[16], *region = NULL;
+	evr_mr *mr = NULL;
+	uint64_t total = 0, nrndv = 0, nzc = 0, eager_mid = 0;
 	double t0;
 	int i;
 
@@ -164,11 +166,22 @@ static void run_sizes_how(size_t eager, const size_t *sizes, int n, bool v6,
 	}
 
 	for (i = 0; i < n; i++) {
-		bufs[i] = malloc(sizes[i] ? sizes[i] : 1);
-		assert_non_null(bufs[i]);
-		rt_fill(bufs[i], sizes[i], (uint32_t)i);
 		total += sizes[i];
 		nrndv += sizes[i] > eager;
+		eager_mid += sizes[i] > 128 && sizes[i] <= eager;
+	}
+	if (reg) { /* the messages one after the other in one region */
+		region = malloc(total + 1);
+		assert_non_null(region);
+		assert_int_equal(evr_mr_reg(p.ctx, region, total + 1,
+					    EVR_ACCESS_LOCAL, &mr),
+				 0);
+	}
+	for (i = 0; i < n; i++) {
+		bufs[i] = reg ? (i ? bufs[i - 1] + sizes[i - 1] : region)
+			      : malloc(sizes[i] ? sizes[i] : 1);
+		assert_non_null(bufs[i]);
+		rt_fill(bufs[i], sizes[i], (uint32_t)i);
 	}
 	t0 = rt_now();
 	for (i = 0; i < n; i++)
@@ -192,11 +205,14 @@ static void run_sizes_how(size_t eager, const size_t *sizes, int n, bool v6,
 	assert_int_equal(st.bytes_recv, 2 * total);
 	assert_int_equal(st.rndv_sent, 2 * nrndv);
 	assert_int_equal(st.rndv_recv, 2 * nrndv);
-	for (i = 0; i < n && hold; i++)
-		nzc += sizes[i] > 128 && sizes[i] <= eager;
-	printf("# %llu echoes sent from their held receive buffers\n",
-	       (unsigned long long)st.zero_copy_sends);
+	nzc = (hold ? eager_mid : 0) + (reg ? eager_mid : 0);
+	printf("# %llu sent without a copy (%s)\n",
+	       (unsigned long long)st.zero_copy_sends,
+	       hold ? "echoes from their held receive buffers"
+		    : reg ? "from the registered region" : "none expected");
 	assert_int_equal(st.zero_copy_sends, nzc);
+	if (mr) /* free again: every send's callback has fired */
+		assert_int_equal(evr_mr_dereg(mr), 0);
 
 	rt_pair_close(&p);
 	assert_int_equal(p.cli.close_status, 0);
@@ -205,15 +221,17 @@ static void run_sizes_how(size_t eager, const size_t *sizes, int n, bool v6,
 		evr_listener_close(l6);
 	rt_pair_fini(&p);
 	for (i = 0; i < n; i++) {
-		free(bufs[i]);
+		if (!reg)
+			free(bufs[i]);
 		free(r.echo[i]);
 	}
+	free(region);
 	ev_loop_destroy(loop);
 }
 
 static void run_sizes(size_t eager, const size_t *sizes, int n, bool v6)
 {
-	run_sizes_how(eager, sizes, n, v6, false);
+	run_sizes_how(eager, sizes, n, v6, false, false);
 }
 
 static void test_sizes_default(void **state)
@@ -256,7 +274,21 @@ static void test_sizes_held(void **state)
 
 	(void)state;
 	run_sizes_how(1000, sizes, sizeof(sizes) / sizeof(sizes[0]), false,
-		      true);
+		      true, false);
+}
+
+/* The client sends from a region it registered: eager messages above the
+ * inline size go from there without a copy, rendezvous ones as ever, and
+ * every echo arrives whole; the region is free once the callbacks have
+ * fired. */
+static void test_sizes_registered(void **state)
+{
+	static const size_t sizes[] = {
+	    0, 1, 64, 65, 128, 129, 999, 1000, 1001, EAGER_DEFAULT, 65536};
+
+	(void)state;
+	run_sizes_how(1000, sizes, sizeof(sizes) / sizeof(sizes[0]), false,
+		      false, true);
 }
 
 static void test_ipv6(void **state)
@@ -1258,6 +1290,7 @@ int main(void)
 	    cmocka_unit_test(test_sizes_default),
 	    cmocka_unit_test(test_sizes_eager_1000),
 	    cmocka_unit_test(test_sizes_held),
+	    cmocka_unit_test(test_sizes_registered),
 	    cmocka_unit_test(test_sendv),
 	    cmocka_unit_test(test_random_stream),
 	    cmocka_unit_test(test_ipv6),

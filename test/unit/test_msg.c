@@ -1530,6 +1530,99 @@ static void test_imm_held_copied(void **state)
 	evr_msg_release(he.m);
 }
 
+/* Bytes in a region the user registered (evr_mr_reg), sent with a
+ * callback, go from there: the region's key, no copy; the region is busy
+ * (not deregistered) until the callback.  Bytes reaching past its end
+ * are copied; a message that fits inline goes inline. */
+static uint8_t ureg[8192];
+
+/* Its first 4096 bytes registered; then len bytes at off sent with
+ * op 0, and the ctx pumped. */
+static evr_mr *ureg_send(struct fix *f, size_t off, size_t len)
+{
+	evr_mr *mr;
+	unsigned i;
+
+	for (i = 0; i < sizeof(ureg); i++)
+		ureg[i] = (uint8_t)(i * 11 + 3);
+	assert_int_equal(evr_mr_reg(f->ctx, ureg, 4096, EVR_ACCESS_LOCAL, &mr),
+			 0);
+	peer_send_op(&f->p, ureg + off, len, 0);
+	peer_pump(f->ctx);
+	return mr;
+}
+
+static void test_imm_user_zero_copy(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	evr_mr *mr = ureg_send(f, 100, 900);
+
+	expect_imm(p, ureg + 100, 900, &fr);
+	assert_int_equal(fr.wr.laddr, (uintptr_t)(ureg + 100));
+	assert_int_equal(fr.wr.lkey, mr->mr->lkey);
+	assert_int_equal(f->ctx->st.zero_copy_sends, 1);
+	assert_int_equal(p->op_calls[0], 0);
+	assert_int_equal(evr_mr_dereg(mr), -EBUSY);
+	peer_ack_op(p, 0);
+	assert_int_equal(mr->busy, 0);
+
+	peer_send_op(p, ureg + 3500, 900, 1); /* 304 bytes past the end */
+	peer_send_op(p, ureg + 200, 100, 2);  /* inline */
+	peer_pump(f->ctx);
+	expect_imm(p, ureg + 3500, 900, &fr);
+	assert_true(fr.wr.laddr != (uintptr_t)(ureg + 3500));
+	assert_true(fr.wr.lkey != mr->mr->lkey);
+	expect_imm(p, ureg + 200, 100, &fr);
+	assert_true(fr.wr.flags & IBV_SEND_INLINE);
+	assert_int_equal(f->ctx->st.zero_copy_sends, 1);
+	assert_int_equal(mr->busy, 0);
+	peer_ack(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[1], 1);
+	assert_int_equal(p->op_calls[2], 1);
+	assert_int_equal(evr_mr_dereg(mr), 0);
+}
+
+/* The conn ends with such a send posted: its callback fires once, with
+ * the error, and the region is free again. */
+static void test_imm_user_zero_copy_abort(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	evr_mr *mr = ureg_send(f, 0, 1000);
+
+	assert_int_equal(f->ctx->st.zero_copy_sends, 1);
+	assert_int_equal(evr_mr_dereg(mr), -EBUSY);
+	assert_int_equal(evr_conn_close(p->conn, EVR_CLOSE_ABORT), 0);
+	peer_pump(f->ctx);
+	peer_flush(p);
+	peer_pump(f->ctx);
+	assert_int_equal(p->op_calls[0], 1);
+	assert_true(p->op_status[0] < 0);
+	assert_int_equal(evr_mr_dereg(mr), 0);
+}
+
+/* With the header in band, bytes from a region are copied behind it; the
+ * region is free again once the callback has fired. */
+static void test_imm_off_user_copied(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct peer_frame fr;
+	evr_mr *mr = ureg_send(f, 100, 900);
+
+	assert_true(peer_next(p, &fr));
+	assert_int_equal(fr.wr.opcode, IBV_WR_SEND);
+	assert_int_equal(fr.msg.plen, 900);
+	assert_memory_equal(fr.msg.payload, ureg + 100, 900);
+	assert_true(fr.wr.lkey != mr->mr->lkey);
+	assert_int_equal(f->ctx->st.zero_copy_sends, 0);
+	peer_ack_op(p, 0);
+	assert_int_equal(evr_mr_dereg(mr), 0);
+}
+
 /* With the header in band (EVR_IMM=off), a held message's echo is
  * copied behind its header. */
 static void test_imm_off_held_copied(void **state)
@@ -1683,6 +1776,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_imm_held_copied,
 						setup_imm, teardown),
 		cmocka_unit_test_setup_teardown(test_imm_off_held_copied,
+						setup_imm_off, teardown),
+		cmocka_unit_test_setup_teardown(test_imm_user_zero_copy,
+						setup_imm, teardown),
+		cmocka_unit_test_setup_teardown(test_imm_user_zero_copy_abort,
+						setup_imm, teardown),
+		cmocka_unit_test_setup_teardown(test_imm_off_user_copied,
 						setup_imm_off, teardown),
 		cmocka_unit_test_setup_teardown(test_imm_fin_in_band,
 						setup_imm_fin, teardown),
