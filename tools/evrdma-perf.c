@@ -171,6 +171,10 @@ static void usage(void)
 "                ask the server to answer %d ms late (they must end\n"
 "                -ETIMEDOUT, or answered if the deadline ran that late);\n"
 "                the latencies are of the other calls answered\n"
+"  --send-cb     lat: each message sent with a callback, as a\n"
+"                sender that reuses its buffer would (the client's\n"
+"                buffer is registered: its messages then go without a\n"
+"                copy); the default sends without one\n"
 "  --json, --csv machine-readable output instead of the table\n"
 "CTX-OPTIONS set evr_ctx_opts fields of this side's ctx (default: the\n"
 "library's): --sq-depth N, --srq-buffers N, --window-idle MS,\n"
@@ -199,6 +203,7 @@ int main(int argc, char **argv)
 		{"window-idle", required_argument, NULL, 'I'},
 		{"eager-size", required_argument, NULL, 'E'},
 		{"mt", no_argument, NULL, 'M'},
+		{"send-cb", no_argument, NULL, 'G'},
 		{"rpc-cancel", required_argument, NULL, 'K'},
 		{"rpc-expire", required_argument, NULL, 'X'},
 		{"help", no_argument, NULL, 'h'},
@@ -330,6 +335,9 @@ int main(int argc, char **argv)
 		case 'M':
 			o.mt = true;
 			break;
+		case 'G':
+			o.send_cb = true;
+			break;
 		case 'K':
 		case 'X':
 			if (parse_ull(optarg, 0, 100, &v) < 0)
@@ -384,6 +392,8 @@ int main(int argc, char **argv)
 	if (o.burst && (o.test != T_CONN || have_n))
 		usage();
 	if (o.mt && o.test != T_BW && o.test != T_RATE)
+		usage();
+	if (o.send_cb && o.test != T_LAT)
 		usage();
 	if ((o.rate > 0 && o.load != L_LIGHT) || (o.ramp && o.test == T_CONN))
 		usage();

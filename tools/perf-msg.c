@@ -63,11 +63,12 @@ static bool sent_ok(struct pconn *pc, int status)
 /* Send one data message (or, with len 0, a report request).  Echo tests
  * need no send callback -- the echo tells the message went, the buffer
  * stays valid, and a failed send fails the conn (on_close) -- and send
- * without one, as an application would: the cheapest send. */
+ * without one, as an application would: the cheapest send; with
+ * --send-cb they have one all the same. */
 static int send_msg(struct pconn *pc, size_t len)
 {
-	int rc = evr_send(pc->conn, pc->p->buf, len,
-			  pc->p->kind == K_SINK ? on_sent : NULL, pc);
+	bool cb = pc->p->kind == K_SINK || (pc->p->o.send_cb && len);
+	int rc = evr_send(pc->conn, pc->p->buf, len, cb ? on_sent : NULL, pc);
 
 	if (rc < 0)
 		client_fail(pc->p, "conn %u: evr_send of %zu bytes in phase "
