@@ -35,9 +35,10 @@ if [ "$QUICK" = quick ]; then
 	CONNS=10 IDLE_S=1 LIGHT_S=1 SAT_S=1
 fi
 
-PORT=20000 SRV_PID= REG_PID=
-# The second evrdma-perf server's port: EVR_MW=inside (below)
-REG_PORT=7473
+PORT=20000 SRV_PID= REG_PID= BIG_PID=
+# The second evrdma-perf server's port: EVR_MW=inside (below); the
+# third's: eager messages up to 64 KiB
+REG_PORT=7473 BIG_PORT=7474
 mkdir -p "$OUT" || exit 1
 : > "$LOG"
 COLS="rep,group,tool,mode,load,size,lat_med,lat_p99,lat_p999,msg_s,mb_s"
@@ -131,34 +132,65 @@ srv_up() {
 	note "evrdma-perf server not listening: $(cat "$OUT/server.txt")"
 }
 
+# An evrdma-perf server beside the first, started once and again if it
+# died: aux_up PIDVAR LOGNAME WHAT [ENV=VALUE...] -- ARGS...
+aux_up() {
+	local -n pid=$1
+	local txt=$OUT/$2 what=$3 envs=() i
+	shift 3
+	while [ "$1" != -- ]; do envs+=("$1"); shift; done
+	shift
+	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then return; fi
+	: > "$txt"
+	env "${envs[@]}" $PIN_S "$PERF" -s -a "$ADDR" "$@" > "$txt" 2>&1 &
+	pid=$!
+	for i in $(seq 1 100); do
+		grep -q listening "$txt" && return
+		sleep 0.1
+	done
+	note "evrdma-perf $what server not listening: $(cat "$txt")"
+}
+
 # A second server, and its clients, with EVR_MW=inside: a memory window
 # bound over each rendezvous message, even on rdma_rxe, whose windows the
 # library does not use by default; against a registration per message
 # (the default there) it is the windows' cost.
 reg_up() {
-	local i
-	if [ -n "$REG_PID" ] && kill -0 "$REG_PID" 2>/dev/null; then return; fi
-	: > "$OUT/server-reg.txt"
-	EVR_MW=inside $PIN_S "$PERF" -s -a "$ADDR" -p $REG_PORT \
-		> "$OUT/server-reg.txt" 2>&1 &
-	REG_PID=$!
-	for i in $(seq 1 100); do
-		grep -q listening "$OUT/server-reg.txt" && return
-		sleep 0.1
-	done
-	note "evrdma-perf EVR_MW=inside server not listening: $(cat "$OUT/server-reg.txt")"
+	aux_up REG_PID server-reg.txt EVR_MW=inside EVR_MW=inside -- \
+		-p $REG_PORT
+}
+
+# A third server, and its clients, with --eager-size 65536: receive
+# buffers as large as ib_send_lat's at 64 KiB, so that messages up to
+# 64 KiB go eager, as a single SEND, as perftest's do.
+big_up() {
+	aux_up BIG_PID server-big.txt "--eager-size 65536" -- \
+		-p $BIG_PORT --eager-size 65536
+}
+
+# Its 64 KiB receive buffers are not left beside the other tests.
+big_down() {
+	[ -n "$BIG_PID" ] || return
+	kill "$BIG_PID"
+	wait "$BIG_PID"
+	cat "$OUT/server-big.txt" >> "$LOG"
+	BIG_PID=
 }
 
 # evrdma-perf client: ev REP GROUP ARGS...; one raw row per CSV line.  A
 # failed run (its error is in the log) is repeated once.  With EV_MW=1,
-# against the EVR_MW=inside server and with EVR_MW=inside itself.
+# against the EVR_MW=inside server and with EVR_MW=inside itself; with
+# EV_BIG=1, against the --eager-size 65536 server and with that size
+# itself.
 ev() {
 	local rep=$1 group=$2 out try
 	local env=() port=()
 	shift 2
 	[ "${EV_MW:-}" = 1 ] && env=(EVR_MW=inside) port=(-p $REG_PORT)
+	[ "${EV_BIG:-}" = 1 ] && port=(-p $BIG_PORT --eager-size 65536)
 	for try in 1 2; do
-		if [ "${EV_MW:-}" = 1 ]; then reg_up; else srv_up; fi
+		if [ "${EV_MW:-}" = 1 ]; then reg_up;
+		elif [ "${EV_BIG:-}" = 1 ]; then big_up; else srv_up; fi
 		log "--- ${env[*]} evrdma-perf ${port[*]} $*"
 		out=$(env "${env[@]}" $PIN_C timeout 300 "$PERF" -c "$ADDR" \
 			"${port[@]}" --csv "$@" 2>> "$LOG") &&
@@ -319,6 +351,13 @@ for rep in $(seq 1 "$REPS"); do
 	done
 	# rendezvous through memory windows (65536: above the eager size)
 	EV_MW=1 ev "$rep" latmw -t lat -m poll -S 65536 -n $LAT_ITERS
+	# as perftest sends: from registered memory, with a completion
+	# (--send-cb: without a copy), eager up to 64 KiB
+	case " $LAT_SIZES " in *" 65536 "*)
+		EV_BIG=1 ev "$rep" latzc -t lat -m poll -S 4096,65536 \
+			-n $LAT_ITERS --send-cb
+		big_down ;;
+	esac
 
 	note "pass $rep/$REPS: message rate"
 	bw_pt "$rep" rate ib_send_bw 64 -s 64 -n $RATE_ITERS
