@@ -917,7 +917,7 @@ EVR_EXPORT evr_conn *evr_request_conn(const evr_request *req);
  *  with a callback from inside a region (any access) goes from there
  *  without a copy, where the peers agreed to headers in immediate data
  *  and it is above the inline size (evr_stats.zero_copy_sends); the
- *  region is busy until the callback.  A region with
+ *  region is busy from its post until the callback.  A region with
  *  EVR_ACCESS_REMOTE_READ is also a zero-copy source of rendezvous
  *  messages where the device's memory windows bound reads
  *  (evr_stats.rndv_access EVR_RNDV_WINDOW; the region is then registered

@@ -906,7 +906,8 @@ void evr__conn_srq_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
  * zero-copy echo's (msg.c held_src) is the user's held receive buffer,
  * which the callback may release, and which may then be filled again
  * while its WR waits for its flush: harmless, as the QP is in the error
- * state (start_flushing) and sends nothing more. */
+ * state (start_flushing) and sends nothing more.  A send from a region of
+ * the user's (msg.c user_src) keeps the region busy until that flush. */
 static void orphan_posted(evr_conn *c)
 {
 	struct evr__list *pos;

@@ -293,7 +293,7 @@ struct evr__op {
 			};
 			size_t len; /* message length */
 			/* zc from the user's region: kept from deregistering
-			 * (busy) until the send is over */
+			 * (busy) from the WR's build until its completion */
 			evr_mr *umr;
 		} msg;
 		struct { /* CTRL */

@@ -121,21 +121,23 @@ static bool held_src(const evr_conn *c, const void *src, size_t len,
 	return true;
 }
 
-/* Do the len bytes at src lie in a region the user registered
- * (evr_mr_reg)?  Then the region is op's (busy: not deregistered until
- * send_complete), its key in wqe.lkey: the message may go from there,
- * without a copy -- unless it fits inline in the WR.  The bytes stay in
- * place until the callback (evr_send's contract). */
-static bool user_src(evr_conn *c, struct evr__op *op, const void *src,
-		     size_t len)
+/* Does op's message, one buffer above the inline size sent with a
+ * callback, lie in a region the user registered (evr_mr_reg)?  Then it
+ * goes from there, without a copy (send_prepare, as it is built): the
+ * region is op's (busy: not deregistered until send_complete), its key
+ * in wqe.lkey.  The bytes stay in place until the callback (evr_send's
+ * contract). */
+static bool user_src(evr_conn *c, struct evr__op *op)
 {
 	evr_mr *m;
 
-	if (len <= c->sq.max_inline || !(m = evr__mr_local(c->ctx, src, len)))
+	if (!op->cb || op->iovcnt || op->u.msg.len <= c->sq.max_inline ||
+	    !(m = evr__mr_local(c->ctx, op->u.msg.src, op->u.msg.len)))
 		return false;
 	m->busy++;
 	op->u.msg.umr = m;
 	op->wqe.lkey = m->mr->lkey;
+	op->zc = true;
 	return true;
 }
 
@@ -180,8 +182,7 @@ static EVR__ALWAYS_INLINE int send_common(evr_conn *c, const void *buf,
 		op->iovcnt = (uint16_t)iovcnt;
 	} else {
 		op->u.msg.src = buf;
-		op->zc = cb && (held_src(c, buf, len, &op->wqe.lkey) ||
-				user_src(c, op, buf, len));
+		op->zc = cb && held_src(c, buf, len, &op->wqe.lkey);
 	}
 	/* EVR_OP_EAGER for now: eager or rendezvous is decided at post */
 	op->u.msg.len = len;
@@ -610,7 +611,8 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 		op->wqe.lkey = 0;
 		op->opcode = IBV_WR_SEND;
 		op->send_flags = IBV_SEND_INLINE;
-	} else if (!rndv && imm && !idlen && op->zc && !op->cb_at_post) {
+	} else if (!rndv && imm && !idlen && !op->cb_at_post &&
+		   (op->zc || user_src(c, op))) {
 		b = NULL; /* from the held buffer or the user's region */
 	} else {
 		b = evr__pool_get(&ctx->pool);
@@ -766,7 +768,7 @@ static void send_complete(struct evr__op *op, int status)
 		evr__pool_put(&ctx->pool, op->u.msg.buf);
 		op->u.msg.buf = NULL;
 	}
-	if (op->u.msg.umr) { /* (a rendezvous request's: at its send) */
+	if (op->u.msg.umr) { /* sent from the user's region */
 		op->u.msg.umr->busy--;
 		op->u.msg.umr = NULL;
 	}

@@ -1562,6 +1562,7 @@ static void test_imm_user_zero_copy(void **state)
 	expect_imm(p, ureg + 100, 900, &fr);
 	assert_int_equal(fr.wr.laddr, (uintptr_t)(ureg + 100));
 	assert_int_equal(fr.wr.lkey, mr->mr->lkey);
+	assert_int_equal(fr.wr.flags & IBV_SEND_INLINE, 0);
 	assert_int_equal(f->ctx->st.zero_copy_sends, 1);
 	assert_int_equal(p->op_calls[0], 0);
 	assert_int_equal(evr_mr_dereg(mr), -EBUSY);
@@ -1604,8 +1605,8 @@ static void test_imm_user_zero_copy_abort(void **state)
 	assert_int_equal(evr_mr_dereg(mr), 0);
 }
 
-/* With the header in band, bytes from a region are copied behind it; the
- * region is free again once the callback has fired. */
+/* With the header in band, bytes from a region are copied behind it, and
+ * the region stays free. */
 static void test_imm_off_user_copied(void **state)
 {
 	struct fix *f = *state;
@@ -1619,6 +1620,7 @@ static void test_imm_off_user_copied(void **state)
 	assert_memory_equal(fr.msg.payload, ureg + 100, 900);
 	assert_true(fr.wr.lkey != mr->mr->lkey);
 	assert_int_equal(f->ctx->st.zero_copy_sends, 0);
+	assert_int_equal(mr->busy, 0); /* copied: nothing holds it */
 	peer_ack_op(p, 0);
 	assert_int_equal(evr_mr_dereg(mr), 0);
 }

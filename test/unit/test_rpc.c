@@ -459,6 +459,33 @@ static void test_eager_call(void **state)
 	expect_quiet(p);
 }
 
+/* A call's request from a region the user registered is copied (its
+ * id goes before the bytes), and leaves the region free: it can be
+ * deregistered once the request is posted, before any reply. */
+static void test_call_from_region(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	static uint8_t region[2048];
+	evr_mr *mr;
+	uint32_t id;
+	unsigned i;
+
+	for (i = 0; i < sizeof(region); i++)
+		region[i] = (uint8_t)(i * 5 + 1);
+	assert_int_equal(evr_mr_reg(f->ctx, region, sizeof(region),
+				    EVR_ACCESS_LOCAL, &mr),
+			 0);
+	id = peer_call(p, region + 8, 600, 0, 0);
+	peer_pump(f->ctx);
+	expect_eager(p, EVR_F_CALL, id, region + 8, 600);
+	assert_int_equal(stats(f->ctx).zero_copy_sends, 0);
+	assert_int_equal(evr_mr_dereg(mr), 0);
+	peer_call_eager(p, EVR_F_REPLY, id, "done", 4, 1);
+	peer_pump(f->ctx);
+	expect_call(p, 0, 0, "done", 4);
+}
+
 /* What a request's at-post callback saw: the sends posted by then, and
  * it overwrites the request's bytes (the caller may, once called). */
 struct at_post {
@@ -2419,6 +2446,7 @@ int main(void)
 	    T(test_hs_accept_no_calls, setup_accept_no_serve),
 	    T(test_hs_accept_no_calls, setup_accept_not_offered),
 	    T(test_eager_call, setup),
+	    T(test_call_from_region, setup),
 	    T(test_eager_reply_before_ack, setup),
 	    T(test_request_done_after_post, setup_deep),
 	    T(test_rndv_reply_held, setup),
