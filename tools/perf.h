@@ -89,7 +89,7 @@ struct opts {
 	int mode;
 	enum fmt fmt;
 	bool mt;	/* bw, rate: send from another thread (evr_send_mt) */
-	bool send_cb;	/* echo tests: each message with a send callback */
+	bool send_cb;	/* lat only: each message with a send callback */
 	unsigned threads; /* client threads, each a ctx (0, 1: one) */
 	/* rpc: percent of the calls cancelled right after evr_call, and
 	 * made with an RPC_EXPIRE_MS deadline against a delayed answer */
