@@ -20,9 +20,11 @@
 # library, libev, libibverbs and its provider, libc), except the sorting of
 # the latency samples at the end (callgrind --toggle-collect=qsort; both
 # tools sort).  The side under callgrind runs some fifty times slower than
-# its peer, so the peer's message is nearly always there when it polls:
-# the few empty polls left (waiting, not work) count the same way for both
-# tools.
+# its peer, so the peer's message is mostly there when it polls; the
+# empty polls left (waiting, not work) count the same way for both tools,
+# and move a side's count by up to a fifth from one run to the next
+# (bench/results/2026-12-07-r5/instr-note.txt): compare counts of several
+# runs, not one.
 #
 # Writes OUTDIR/instr.csv (tool,side,n1,n2,total,provider,verbs,evrdma,
 # libev,libc,app,other: instructions per round trip, by the object they
