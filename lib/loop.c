@@ -13,8 +13,10 @@
  *            in ADAPTIVE's EVENT phase, then spin a while for the answer
  *            to what was posted before arming (spin_then_block: as long
  *            as answers have been taking, within bounds, adapt.h)
- *   check_w  ev_check: in POLL mode, poll the CQs after every loop wakeup,
- *            and on while completions keep coming (up to a budget)
+ *   check_w  ev_check, active only in POLL mode: poll the CQs after every
+ *            loop wakeup, and on while completions keep coming (up to a
+ *            budget); stopped in EVENT, where each wakeup would only run
+ *            it to return
  *   idle_w   ev_idle: active only in POLL mode, keeps the loop from sleeping
  *            while other watchers still run every iteration
  *   timer_w  ev_timer at the earliest deadline of the ctx's heap (timer.c:
@@ -54,8 +56,10 @@ void evr__loop_set_polling(evr_ctx *ctx, bool poll)
 	ctx->polling = poll;
 	if (poll) {
 		ctx->need_arm = false;
+		ev_check_start(ctx->loop, &ctx->check_w);
 		ev_idle_start(ctx->loop, &ctx->idle_w);
 	} else {
+		ev_check_stop(ctx->loop, &ctx->check_w);
 		ev_idle_stop(ctx->loop, &ctx->idle_w);
 		/* arm, then poll once more: from the loop (on_prepare), since
 		 * the poll dispatches callbacks and this may be a user call */
@@ -358,7 +362,7 @@ void evr__loop_on_cq_channel(struct ev_loop *loop, ev_io *w, int revents)
 	(void)revents;
 	evr__cq_take_event(ctx);
 	n = evr__cq_poll_all(ctx, ~0u);
-	if (n)
+	if (n && ctx->spin_t0 != 0) /* an ADAPTIVE spin awaits an answer */
 		spin_timed(ctx, ev_time(), false);
 	up = ctx->mode == EVR_MODE_ADAPTIVE &&
 	     evr__adapt_wakeup(&ctx->adapt, evr__loop_ns(ctx), n);
@@ -402,9 +406,10 @@ void evr__loop_start(evr_ctx *ctx)
 	ev_timer_init(&ctx->timer_w, on_timer, 0., 0.);
 	ev_io_start(ctx->loop, &ctx->cm_w);
 	ev_prepare_start(ctx->loop, &ctx->prep_w);
-	ev_check_start(ctx->loop, &ctx->check_w);
-	if (ctx->polling)
+	if (ctx->polling) {
+		ev_check_start(ctx->loop, &ctx->check_w);
 		ev_idle_start(ctx->loop, &ctx->idle_w);
+	}
 }
 
 /* The device is bound (the device_bound hook): watch its completion
