@@ -1140,8 +1140,21 @@ static inline void evr__conn_dirty(evr_conn *c)
 }
 
 void evr__runq_forget(evr_conn *c); /* off both queues (it is freed) */
-bool evr__runq_busy(const evr_ctx *ctx);
-void evr__ctx_progress(evr_ctx *ctx);
+static inline bool evr__runq_busy(const evr_ctx *ctx)
+{
+	return !evr__list_empty(&ctx->work) || !evr__list_empty(&ctx->flush);
+}
+
+void evr__ctx_run(evr_ctx *ctx);
+
+/* Run flushes and state steps until nothing is left (runq.c).  Inline,
+ * for the many calls that find the run queue empty (a wakeup makes
+ * several). */
+static inline void evr__ctx_progress(evr_ctx *ctx)
+{
+	if (evr__runq_busy(ctx))
+		evr__ctx_run(ctx);
+}
 
 /* conn.c */
 /* A new conn, counted in ctx's load: *counted, if set, is a placement's

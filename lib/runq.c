@@ -55,15 +55,10 @@ void evr__runq_forget(evr_conn *c)
 	evr__list_del(&c->flush_link);
 }
 
-bool evr__runq_busy(const evr_ctx *ctx)
-{
-	return !evr__list_empty(&ctx->work) || !evr__list_empty(&ctx->flush);
-}
-
 /* Run flushes and state steps until nothing is left: a callback may
  * submit more, which is posted in the same pass.  Reentrant calls (from
  * inside a dispatch) return at once: the outermost one does the work. */
-void evr__ctx_progress(evr_ctx *ctx)
+void evr__ctx_run(evr_ctx *ctx)
 {
 	int round;
 
