@@ -1302,11 +1302,15 @@ struct due {
 	void *arg[EVR__DUE_MAX];
 };
 
-/* Post what the flush built; a failed post fails the conn. */
+/* Post what the flush built; a failed post fails the conn.  (Most
+ * flushes of a ping-pong built nothing: its reply went the direct way.) */
 static int flush_post(evr_conn *c)
 {
-	int err = evr__sq_commit(&c->sq);
+	int err;
 
+	if (!c->sq.nbatch)
+		return 0;
+	err = evr__sq_commit(&c->sq);
 	if (err) {
 		EVR_ERR(c->ctx, "ibv_post_send failed: %s", evr_strerror(err));
 		evr__conn_fail(c, err);
