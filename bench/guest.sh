@@ -396,6 +396,14 @@ done
 note "instructions per round trip (callgrind)"
 bash "$(dirname "${BASH_SOURCE[0]}")/instr.sh" "$BUILD" "$OUT" $QUICK >> "$LOG" 2>&1 ||
 	note "bench/instr.sh failed"
+note "instructions per round trip in EVENT mode (callgrind)"
+rm -rf "$OUT/event"
+INSTR_MODE=event INSTR_TOOLS="evrdma ib_send_lat" \
+	bash "$(dirname "${BASH_SOURCE[0]}")/instr.sh" "$BUILD" "$OUT/event" \
+	$QUICK >> "$LOG" 2>&1 || note "bench/instr.sh (EVENT) failed"
+for f in instr.csv instr-top.txt; do
+	[ ! -e "$OUT/event/$f" ] || cp "$OUT/event/$f" "$OUT/event-$f"
+done
 
 if [ -n "$SRV_PID" ]; then
 	kill "$SRV_PID"

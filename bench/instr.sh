@@ -1,12 +1,15 @@
 #!/bin/bash
 # bench/instr.sh: instructions per round trip of an 8-byte ping-pong,
-# evrdma-perf (POLL mode) against ib_send_lat, and of an 8-byte call
+# evrdma-perf (POLL mode, or EVENT) against ib_send_lat, and of an 8-byte call
 # (evr_call, one at a time: tool evrdma-call) counted by callgrind next to
 # an RDMA device (normally inside the Soft-RoCE guest of test/vm/evr-vm).
 #
 #   bench/instr.sh BUILDDIR OUTDIR [quick]
 #
-# INSTR_SIZE sets the message size (default 8).  INSTR_TOOLS, if set,
+# INSTR_SIZE sets the message size (default 8); INSTR_MODE=event counts
+# the event-driven ping-pongs instead (evrdma-perf -m event against
+# ib_send_lat -e: each side sleeps on its completion channel between
+# messages).  INSTR_TOOLS, if set,
 # names the tools to count (default "evrdma evrdma-call ib_send_lat ucx";
 # ucx: UCX's ucx_perftest -t tag_lat, whose libraries -- libucp, libuct,
 # libucs -- count as "other").
@@ -38,6 +41,12 @@ SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 . "$SRC/bench/env.sh"
 SIZE=${INSTR_SIZE:-8}
 [[ $SIZE =~ ^[0-9]+$ ]] || { echo "bench/instr.sh: INSTR_SIZE: not a number of bytes" >&2; exit 2; }
+EV_MODE=poll PT_EV=()
+case ${INSTR_MODE:-poll} in
+poll) ;;
+event) EV_MODE=event PT_EV=(-e) ;;
+*) echo "bench/instr.sh: INSTR_MODE: poll or event" >&2; exit 2 ;;
+esac
 N1=1000 N2=5000
 [ "$QUICK" = quick ] && N1=200 N2=600
 CG=$OUT/callgrind
@@ -121,7 +130,7 @@ ev_run() {
 		sleep 0.2
 	done
 	$PIN_C timeout 600 "${cv[@]}" "$PERF" -c "$ADDR" -p $PORT "${test[@]}" \
-		-m poll -S $SIZE -n "$n" > "$f.cli" 2>&1 ||
+		-m $EV_MODE -S $SIZE -n "$n" > "$f.cli" 2>&1 ||
 		echo "evrdma-perf ${test[*]} $side $n failed" >> "$LOG"
 	kill -INT "$spid"
 	wait "$spid"
@@ -159,12 +168,13 @@ pt_run() {
 	[ "$side" = server ] && sv=("${VG[@]}" --callgrind-out-file=$f.cg)
 	[ "$side" = client ] && cv=("${VG[@]}" --callgrind-out-file=$f.cg)
 	$PIN_S timeout 600 "${sv[@]}" ib_send_lat -d "$DEV" -x "$GID" \
-		-p $PORT -s $SIZE -n "$n" > "$f.srv" 2>&1 &
+		-p $PORT "${PT_EV[@]}" -s $SIZE -n "$n" > "$f.srv" 2>&1 &
 	spid=$!
 	for i in $(seq 1 240); do
 		sleep 0.5
 		$PIN_C timeout 600 "${cv[@]}" ib_send_lat -d "$DEV" -x "$GID" \
-			-p $PORT -s $SIZE -n "$n" "$ADDR" > "$f.cli" 2>&1
+			-p $PORT "${PT_EV[@]}" -s $SIZE -n "$n" "$ADDR" \
+			> "$f.cli" 2>&1
 		grep -q "Couldn't connect\|Unable to init" "$f.cli" || break
 	done
 	wait "$spid"
@@ -175,6 +185,10 @@ echo "tool,side,n1,n2,total,provider,verbs,evrdma,libev,libc,app,other" \
 	> "$OUT/instr.csv"
 : > "$OUT/instr-top.txt"
 for tool in ${INSTR_TOOLS:-evrdma evrdma-call ib_send_lat ucx}; do
+	if [ "$tool" = ucx ] && [ $EV_MODE = event ]; then
+		echo "bench/instr.sh: ucx_perftest has no event-driven ping-pong: not counted" >&2
+		continue
+	fi
 	for side in server client; do
 		for n in $N1 $N2; do
 			case $tool in
