@@ -107,6 +107,14 @@ static void on_idle(struct ev_loop *loop, ev_idle *w, int revents)
 	(void)revents;
 }
 
+/* (no test runs the loop: the watchers only need a callback) */
+static void on_check(struct ev_loop *loop, ev_check *w, int revents)
+{
+	(void)loop;
+	(void)w;
+	(void)revents;
+}
+
 /* The ctx's array to build SQ batches in, as deep as the deepest SQ here
  * (one ctx at a time). */
 static struct ibv_send_wr chain_wr[NOPS];
@@ -139,6 +147,7 @@ static evr_ctx *ctx_new(void)
 		return NULL;
 	}
 	ev_idle_init(&ctx->idle_w, on_idle);
+	ev_check_init(&ctx->check_w, on_check);
 	ctx->mode = EVR_MODE_EVENT;
 	ctx->polling = false;
 	return ctx;
@@ -205,6 +214,7 @@ static int teardown(void **state)
 	struct fix *f = *state;
 
 	ev_idle_stop(f->ctx->loop, &f->ctx->idle_w);
+	ev_check_stop(f->ctx->loop, &f->ctx->check_w);
 	evr__cq_destroy_all(f->ctx); /* frees f->cq */
 	ev_loop_destroy(f->ctx->loop);
 	free(f->conn);
@@ -492,6 +502,7 @@ static void test_adaptive_switch_up(void **state)
 	mock_cq_events(&f->ibcq, f->cq, 1);
 	wakeup(f);
 	assert_false(f->ctx->polling);
+	assert_false(ev_is_active(&f->ctx->check_w));
 	assert_true(f->cq->armed);
 	assert_int_equal(mock.notify_calls, 1);
 	/* a burst does not */
@@ -507,7 +518,10 @@ static void test_adaptive_switch_up(void **state)
 	assert_int_equal(f->ctx->st.mode_switches, 1);
 	assert_int_equal(f->mode_cbs, 1);
 	assert_int_equal(f->last_mode, EVR_MODE_POLL);
+	/* POLL's watchers: the idle one keeps the loop awake, the check
+	 * one polls (in EVENT it is stopped: nothing for it to do) */
 	assert_true(ev_is_active(&f->ctx->idle_w));
+	assert_true(ev_is_active(&f->ctx->check_w));
 	assert_int_equal(f->ndone, 1 + cfg.up_batch);
 }
 
