@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 # bench/env.sh: what the guest-side bench scripts (guest.sh, instr.sh,
 # many-guest.sh) share; sourced with BUILD set to the build directory.
 #

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # bench/instr.sh: instructions per round trip of an 8-byte ping-pong,
 # evrdma-perf (POLL mode, or EVENT) against ib_send_lat, and of an 8-byte call
 # (evr_call, one at a time: tool evrdma-call) counted by callgrind next to

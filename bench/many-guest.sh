@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # bench/many-guest.sh: the measurements of bench/many, next to an RDMA
 # device (normally inside the Soft-RoCE guest of test/vm/evr-vm).
 #

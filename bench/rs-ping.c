@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * rs-ping: a ping-pong over rsockets (librdmacm's sockets over RDMA),
  * paced or back to back, for the benchmark's comparison of evrdma's

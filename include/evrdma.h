@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * evrdma - event-driven, asynchronous RDMA messaging over libibverbs,
  * librdmacm and libev.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The adaptive completion-mode state machine, pure and clock-free: the
  * caller feeds it timestamps and completion counts, it answers with the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * A connection's calls in flight, by id: the table request/response
  * correlates a reply with its call through.  Pure and inline.

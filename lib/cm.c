@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * rdma_cm: listening, connecting, accepting and rejecting, and the event
  * channel that drives them.

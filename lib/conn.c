@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Connection lifecycle: QP setup, the flush of queued work onto the QP,
  * failure, graceful close and teardown.

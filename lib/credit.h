@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Credit accounting for two-sided traffic, pure and inline.
  *

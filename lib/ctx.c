@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The context: creating and destroying it, and its public accessors.  The
  * top of the library: it wires the layers below together (ctx->hooks, see

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The device of a ctx: choosing it (by name, by a local address, or the
  * one an rdma_cm id resolved to), and binding to it -- its PD, completion

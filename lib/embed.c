@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Embedding a ctx in a foreign event loop through one fd.
  *

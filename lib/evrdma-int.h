@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Internal declarations shared by the library's modules.  Nothing here is
  * exported: internal functions are named evr__* and the shared object only

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * What drives a ctx on its libev loop, and the mode (EVENT, POLL,
  * ADAPTIVE) it is driven in.

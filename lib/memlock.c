@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Registered memory: every ibv_reg_mr of the library goes through here, so
  * a ctx knows how many bytes it holds registered (evr_ctx_stats), and a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Memory registration: the user's regions (evr_mr) and the registration
  * cache for rendezvous sources.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Two-sided messages: eager sends, rendezvous, receive processing,
  * in-order delivery and held buffers.  A message op is built when it is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Options: their defaults, taking a caller's struct, and the environment.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Registered buffer pool of a ctx: eager receive buffers and the copies of
  * outgoing small messages.  Buffers are cache-line aligned and carved out

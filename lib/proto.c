@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Wire protocol encode/decode.  Peers are untrusted: every decode checks
  * lengths against the bytes actually received and the limits this side

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Wire protocol: the fixed message header, the rendezvous bodies and the
  * connect handshake carried in rdma_cm private data.  Everything here is

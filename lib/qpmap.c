@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * QP number -> owner (qpmap.h): growth and deletion.
  */

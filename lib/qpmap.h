@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * QP number -> owner, for completions that carry no pointer of ours.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The library's one queue type: an intrusive, circular, doubly linked list
  * with a head (as the Linux list_head, libuv's QUEUE, nng's nni_list).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * One-sided operations on registered memory: RDMA WRITE (with and without
  * immediate data), RDMA READ, atomic fetch-add and compare-swap.  Each is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Calls: request/response with deadlines and cancellation
  * (docs/calls.md), above the message layer.  A call's request and its

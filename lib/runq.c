@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The run queue of a ctx: what is to be done before the loop sleeps, and
  * the ops' free list.

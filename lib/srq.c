@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The shared receive queue (SRQ) of a ctx: one pool of receive buffers
  * for every connection, instead of recv_depth buffers each.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The doors between threads.  A ctx belongs to one thread, its owner: the
  * one that created it, or that took it over with evr_ctx_adopt().  Its data

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The ctx's deadlines: one binary min-heap holding every armed timer --
  * each conn's connect, close or flush bound and its keepalive tick, and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Small shared helpers: logging (one function, levels, off by default),
  * error names and texts, non-blocking fds, parsing environment values,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Real implementation of the thin verbs layer (see verbs.h).  Each call
  * returns 0 or a negative errno; libibverbs itself mixes positive errno

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The thin verbs layer: the data-path calls of libibverbs that the rest of
  * the library makes, behind plain functions.  lib/verbs.c implements them

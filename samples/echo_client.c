@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * echo_client: sends messages to an evrdma echo server and checks that
  * every echo comes back whole, in order and byte for byte.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The evrdma echo service used by both echo servers; see echo_common.h.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The evrdma side of the echo servers, shared by echo_server (libev) and
  * epoll_echo_server (plain epoll): accept every connection and send every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * echo_server: an evrdma echo server on a libev loop.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * epoll_echo_server: one thread, one plain epoll_wait() loop, serving TCP
  * echo clients and evrdma echo clients side by side.  evrdma is embedded

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * mt_echo_server: one listener, connections spread over worker threads.
  *

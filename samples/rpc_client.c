@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * rpc_client: drives rpc_server with calls and checks that every call
  * ends as it should, exactly once.

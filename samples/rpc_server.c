@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * rpc_server: a key-value service over evrdma calls, on a libev loop.
  *

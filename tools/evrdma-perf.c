@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * evrdma-perf: latency, bandwidth, message-rate, call-rate and
  * connection-rate measurements of evrdma, in the manner of perftest.

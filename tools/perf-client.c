@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * perf-client.c: the client role of evrdma-perf (-c ADDR) -- its setup,
  * one measurement per message size from the first connect to the last

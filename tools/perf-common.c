@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * perf-common.c: what both roles of evrdma-perf use -- the encoding of the
  * server's report, the clocks, this process's CPU time, and the buffer of

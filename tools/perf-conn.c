@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * perf-conn.c: the connection-rate test of the evrdma-perf client
  * (-t conn).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * perf-msg.c: the message tests of the evrdma-perf client -- lat (echo
  * ping-pong, also under --load idle, light or sat), bw and rate (a

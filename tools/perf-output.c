@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * perf-output.c: the results of the evrdma-perf client -- the figures of
  * one measurement (struct result) from its counters, clocks and latency

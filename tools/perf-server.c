@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * perf-server.c: the server role of evrdma-perf (-s).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * perf.h: what the files of evrdma-perf share -- limits, the wire format
  * of a test request and of a report, the options and results of a

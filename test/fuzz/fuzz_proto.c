@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * libFuzzer target for everything a peer controls before any other check:
  * the message header and bodies (evr__msg_parse), a header in immediate

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * A program from outside the source tree: built against an installed
  * evrdma with `pkg-config --cflags --libs evrdma` and nothing else (no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Helpers for the RDMA tests.  These run on a real verbs stack (a host
  * RDMA device, or the Soft-RoCE guest started by test/rdma/run-suite) and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * One test case, both driving paths.  A ctx runs either on a libev loop
  * the test runs (RT_LIBEV), or embedded: on its private loop, created with

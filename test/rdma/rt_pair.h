@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * A connected client/server pair on one ctx (one loop), for RDMA tests.
  * The test supplies the callbacks through the two evr_conn_opts; the

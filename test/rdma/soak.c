@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Soak: a long mixed stream over four connections while the completion
  * mode is switched under it, on a real verbs stack, public API only.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Public API pieces on a real verbs stack, each against what
  * include/evrdma.h says of it:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Bad peers: a client built on raw rdma_cm and verbs (not on the library's
  * send path) completes a valid handshake with an evrdma server and then

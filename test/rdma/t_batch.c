@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Batching and selective signaling, seen through evr_ctx_stats().
  *

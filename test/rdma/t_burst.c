@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Bursts of connects: many clients connect to one listener at the same
  * moment.

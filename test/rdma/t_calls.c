@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Calls (evr_call: request/response with deadlines and cancellation) end
  * to end on a real verbs stack, through the public API only.  Every case

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * A long run of calls (make check-long), on a real verbs stack, public
  * API only: a million calls by default over two connections, 32 in

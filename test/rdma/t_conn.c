@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Connections end to end on a real verbs stack, through the public API:
  * accept and reject (with the user bytes both ways), refused and timed-out

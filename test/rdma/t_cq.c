@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Many QPs on the CQ of one ctx, every queue full.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The one-fd embedding contract (evr_ctx_fd / evr_ctx_timeout_ms /
  * evr_ctx_process) driven by a plain host loop: epoll edge-triggered,

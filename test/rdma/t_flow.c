@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Flow control end to end on a real verbs stack, through the public API:
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Keepalive and transport bounds on one host.  An idle connection sends
  * probes (zero-length RDMA WRITEs) that the peer's device acknowledges, so

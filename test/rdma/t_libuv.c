@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The embedding contract in libuv: a uv_poll_t on evr_ctx_fd() plus a
  * uv_timer_t re-armed from evr_ctx_timeout_ms() before the loop sleeps

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Completion modes on a real verbs stack: traffic must neither lose nor
  * delay a completion across thousands of forced switches between EVENT,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * One-sided operations on a real verbs stack, through the public API only.
  *

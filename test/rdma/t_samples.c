@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The samples, run as processes the way a user runs them: echo_client
  * against echo_server and against epoll_echo_server, over sizes on both

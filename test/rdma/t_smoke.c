@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * End-to-end smoke test through the library on a real verbs stack: open
  * the device, listen, connect over rdma_cm, accept with user bytes,

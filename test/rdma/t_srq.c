@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The shared receive queue (docs/credits.md): windows that start small
  * and grow for a busy sender, shrink for a quiet one; credits never lent

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Connection storms and a peer that does not speak the protocol.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Threads: sends and calls into a ctx from other threads (evr_send_mt,
  * evr_ctx_call, evr_conn_ref), on both driving paths.

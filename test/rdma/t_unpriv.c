@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * A server as production runs it: an ordinary user, without
  * CAP_IPC_LOCK, under the usual 8 MiB locked-memory limit, with the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Echo across two hosts: host 1 sends messages of eager and rendezvous
  * sizes (0 B to 4 MiB, around the 8 KiB eager limit) to an echo server on

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Host frozen: host 2's vCPUs are stopped (QEMU "stop": a hung host whose
  * NIC still exists but nothing answers), then resumed.  Host 1 keeps an

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Peer host killed (power loss) mid-stream.  Host 1 has three connections
  * to host 2's echo server: A streams messages (eager and rendezvous), B is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Link cut for 3 s, then restored, with the library's defaults (retry
  * count 6, ACK timeout 16 = 0.27 s, keepalive 2000/6000 ms).  Host 1 has a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Packet loss on the link: host 1 puts netem on its own NIC's egress (its
  * requests and its ACKs of host 2's echoes are dropped), then echoes

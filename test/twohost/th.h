@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Helpers for the two-host tests.  Each test program runs in both guests
  * of test/vm/evr-2vm at once (EVR_HOST_ID says which role it plays) and

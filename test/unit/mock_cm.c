@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Mock of librdmacm and of the control path of libibverbs, see mock_cm.h.
  * Each call follows the contract of the real one as the library uses it:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Mock of librdmacm and of the control path of libibverbs (device, PD,
  * completion channel, CQs, QPs, memory registration) for the unit tests

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Mock of the thin verbs layer (lib/verbs.h) for the unit tests: counters
  * and scripted results in the global `mock`, see mock_verbs.h.  Each mock

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Mock of the thin verbs layer (lib/verbs.h) for the unit tests.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The peer fixture, see peer.h.  Assertions are cmocka's: a peer that
  * cannot do what a test asks (no receive posted, a frame too large for it)

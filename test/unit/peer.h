@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * A fixture for the unit tests of the upper layers: a ctx on the mocks
  * (mock_verbs, mock_cm), a connection made through the library's own

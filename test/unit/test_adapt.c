@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The adaptive completion-mode machine (lib/adapt.c), driven by a fake
  * clock and scripted completion counts.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The credit bank of a shared receive queue (lib/bank.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * A connection's table of calls in flight (lib/calltab.h).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * rdma_cm (lib/cm.c) and the early states of a conn (lib/conn.c), on
  * mock_cm's scripted events.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * How a connection ends (lib/conn.c, with lib/msg.c and lib/cm.c), against
  * the peer fixture: every close path, the states it goes through, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The completion path (lib/cq.c) against the mocked channel, poll, arm and
  * ack calls: a ctx built by hand with one fake CQ and one connection whose

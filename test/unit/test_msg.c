@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The message layer (lib/msg.c) and the conn's flush (lib/conn.c) on an
  * established connection, against the peer fixture: what goes on the wire

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Options structs that grow, and options against the environment
  * (lib/opts.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Wire protocol (lib/proto.c): message header and rendezvous bodies, and
  * the connect handshake carried in rdma_cm private data.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The queue type (lib/queue.h): an intrusive doubly linked list with a head.
  *

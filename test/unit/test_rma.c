@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * One-sided operations (lib/rma.c) and registrations (lib/mr.c) on an
  * established connection, against the peer fixture, whose "remote memory"

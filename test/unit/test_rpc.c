@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Calls (lib/rpc.c, and their wire in lib/msg.c, lib/conn.c, lib/cm.c)
  * against the peer fixture: what our side puts on the wire is decoded

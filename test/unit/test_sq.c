@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * Send queue batching and selective signaling (lib/sq.c), against the
  * mocked evr__post_send, which records every call and its WR chain.

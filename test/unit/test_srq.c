@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The shared receive queue (lib/srq.c, lib/bank.h and its paths in
  * lib/conn.c, lib/msg.c, lib/loop.c) on a mock device that has one,

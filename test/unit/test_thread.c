@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The doors between threads (lib/thread.c), without a device.
  *

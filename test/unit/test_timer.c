@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
 /*
  * The ctx's deadline heap (lib/timer.c), with times given by the test:
  * timers fire in deadline order, each exactly once; stopping or moving

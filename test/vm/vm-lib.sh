@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 # vm-lib.sh: the parts of the Soft-RoCE guest harnesses that evr-vm (one
 # guest) and evr-2vm (two guests on an emulated link) share.  Sourced, not
 # run.  The caller sets VM_PROG (its name, for messages) and calls:
