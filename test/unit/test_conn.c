@@ -513,6 +513,108 @@ static void test_keepalive(void **state)
 	peer_flush_closed(p, -ETIMEDOUT);
 }
 
+/*
+ * A peer that goes silent while the conn waits for it, with nothing in
+ * flight that the transport could time out (every WR posted was
+ * acknowledged): only the keepalive can end the conn, and it must -- a
+ * probe after keepalive_ms of silence, then -ETIMEDOUT after
+ * keepalive_timeout_ms; every op still waiting ends with an error, once,
+ * before on_close.  One case a state (docs/liveness.md):
+ *  credits       sends wait for credits, the peer's whole window used (8,
+ *                2 kept for control);
+ *  credits_lent  the same with a window lent out of the peer's shared
+ *                pool (4 at first): the idle cycle asks for more every
+ *                window_idle_ms, and the asks go unanswered;
+ *  fin           a rendezvous send waits for the peer's FIN;
+ *  close         a graceful close waits for credits to send what is
+ *                queued (its close bound is longer than the keepalive's).
+ */
+enum silent_case { SILENT_CREDITS, SILENT_CREDITS_LENT, SILENT_FIN,
+		   SILENT_CLOSE };
+
+static void silent_peer(void **state, enum silent_case k)
+{
+	static uint8_t big[5000];
+	struct evr_ctx_opts o;
+	struct peer_frame fr;
+	struct fix *f;
+	struct peer *p;
+	unsigned i, nops, went = 0, probes = 0;
+
+	peer_ctx_opts(&o);
+	o.keepalive_timeout_ms = 200;
+	o.window_idle_ms = 20;
+	o.close_timeout_ms = 5000;
+	f = new_fix(&o);
+	*state = f;
+	p = &f->p;
+	p->keepalive_ms = 50;
+	p->init_window = k == SILENT_CREDITS_LENT ? 4 : 0;
+	peer_connect(p);
+	if (k == SILENT_FIN) {
+		nops = 1;
+		peer_send_op(p, big, sizeof(big), 0);
+	} else {
+		nops = 10;
+		send_n(p, 0, nops);
+	}
+	peer_pump(f->ctx);
+	while (peer_next(p, &fr))
+		went += fr.parsed && (fr.msg.hdr.type == EVR_T_EAGER ||
+				      fr.msg.hdr.type == EVR_T_RNDV_REQ);
+	assert_int_equal(went, k == SILENT_FIN ? 1
+			       : k == SILENT_CREDITS_LENT ? 2
+							  : 6);
+	if (k == SILENT_CLOSE)
+		assert_int_equal(evr_conn_close(p->conn, 0), 0);
+	peer_ack(p); /* all went through: nothing is in flight */
+	peer_pump(f->ctx);
+	if (k != SILENT_FIN)
+		assert_ops(p, went, 0);
+	assert_int_equal(p->op_calls[k == SILENT_FIN ? 0 : went], 0);
+	/* silence from here on: no credit, no FIN, no acknowledgement */
+	for (i = 0; i < 4; i++) { /* the idle cycle's ticks, then a probe */
+		peer_sleep_ms(20);
+		peer_pump(f->ctx);
+	}
+	while (peer_next(p, &fr))
+		probes += fr.wr.opcode == IBV_WR_RDMA_WRITE && fr.wr.len == 0;
+	assert_int_equal(probes, 1);
+	assert_int_equal(p->conn->state, k == SILENT_CLOSE ? EVR_CS_CLOSING
+							   : EVR_CS_ESTABLISHED);
+	for (i = 0; i < 13; i++) {
+		peer_sleep_ms(20);
+		peer_pump(f->ctx);
+	}
+	assert_int_equal(p->conn->state, EVR_CS_FLUSHING);
+	peer_flush_closed(p, -ETIMEDOUT);
+	for (i = k == SILENT_FIN ? 0 : went; i < nops; i++) {
+		assert_int_equal(p->op_calls[i], 1);
+		assert_true(p->op_status[i] < 0);
+	}
+	assert_int_equal(p->ops_at_close, nops);
+}
+
+static void test_silent_credits(void **state)
+{
+	silent_peer(state, SILENT_CREDITS);
+}
+
+static void test_silent_credits_lent(void **state)
+{
+	silent_peer(state, SILENT_CREDITS_LENT);
+}
+
+static void test_silent_fin(void **state)
+{
+	silent_peer(state, SILENT_FIN);
+}
+
+static void test_silent_close(void **state)
+{
+	silent_peer(state, SILENT_CLOSE);
+}
+
 /* Closing from the callbacks themselves. */
 static void abort_in_recv(struct peer *p, const void *data, size_t len)
 {
@@ -780,6 +882,10 @@ int main(void)
 						teardown),
 		cmocka_unit_test_teardown(test_close_timeout, teardown),
 		cmocka_unit_test_teardown(test_keepalive, teardown),
+		cmocka_unit_test_teardown(test_silent_credits, teardown),
+		cmocka_unit_test_teardown(test_silent_credits_lent, teardown),
+		cmocka_unit_test_teardown(test_silent_fin, teardown),
+		cmocka_unit_test_teardown(test_silent_close, teardown),
 		cmocka_unit_test_setup_teardown(test_abort_in_recv, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_close_in_connect,
