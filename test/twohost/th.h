@@ -611,7 +611,7 @@ static inline int th_cli_connect(struct th_cli *c, uint16_t port,
 	return c->connected == 1 ? 0 : c->connected;
 }
 
-static int th_cli_all_echoed(void *arg)
+static inline int th_cli_all_echoed(void *arg)
 {
 	struct th_cli *c = arg;
 
@@ -619,7 +619,7 @@ static int th_cli_all_echoed(void *arg)
 			    c->sends_done >= c->total);
 }
 
-static int th_cli_closed_p(void *arg)
+static inline int th_cli_closed_p(void *arg)
 {
 	return ((struct th_cli *)arg)->closes > 0;
 }
