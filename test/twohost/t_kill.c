@@ -142,6 +142,8 @@ static int run_client(void)
 	int late_rc;
 	struct all x = {&a, &b, &c};
 	double t_kill, t0, dt;
+	struct th_beat beat;
+	struct evr_stats st;
 
 	opts(&o);
 	th_cli_init(&a, &o, 65536, size_of, 0);
@@ -150,6 +152,7 @@ static int run_client(void)
 	side_connect(&a, &b);
 	side_connect(&a, &c);
 	th_cli_pump(&a);
+	th_beat_start(&beat, a.loop);
 	th_run_for(a.loop, 3.0);
 	TH_CHECK(a.bad == 0 && a.conn && a.echoed > 0);
 	printf("# streaming: %u echoes verified in 3 s; killing host 2\n",
@@ -175,6 +178,12 @@ static int run_client(void)
 			       "queued, %u sent, %u echoed, %u sends done\n",
 			       ai.state, ai.send_credits, ai.queued_bytes,
 			       a.sent, a.echoed, a.sends_done);
+		/* whether A's keepalive ran, and whether the loop did */
+		evr_ctx_stats(a.ctx, &st);
+		printf("# keepalive probes sent: %llu; the loop's longest "
+		       "gap: %.2f s, ending %.1f s after the kill\n",
+		       (unsigned long long)st.keepalive_probes, beat.max_gap,
+		       beat.max_at - t_kill);
 		th_fail("not all conns closed %.0f s after the kill "
 			"(A %d, B %d, C %d)", BOUND + 20, a.closes, b.closes,
 			c.closes);
@@ -194,6 +203,8 @@ static int run_client(void)
 	       "callback %s, on_close %s %.2f s after the kill\n",
 	       evr_err_name(c.op_status),
 	       c.status ? evr_err_name(c.status) : "0", c.t_close - t_kill);
+	printf("# the loop's longest gap: %.2f s\n", beat.max_gap);
+	th_beat_stop(&beat, a.loop);
 	TH_CHECK(c.op_cbs == 1 && c.op_status < 0);
 	TH_CHECK(a.close_status < 0 && b.status < 0);
 	TH_CHECK(a.t_close - t_kill <= BOUND + SLACK);

@@ -325,6 +325,43 @@ static inline int th_verify(const void *buf, size_t len, uint32_t seq)
 	return 0;
 }
 
+/* ---- a heartbeat: was the loop ever blocked? ---- */
+
+/* A 100 ms tick on a loop, recording the longest gap between two ticks
+ * and when it ended: a loop held up by a blocking call (the library's or
+ * the test's) shows as a gap far above 0.1 s. */
+struct th_beat {
+	ev_timer t;
+	double last, max_gap, max_at;
+};
+
+static void th_beat_cb(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct th_beat *b = (struct th_beat *)w;
+	double now = th_now();
+
+	(void)loop;
+	(void)revents;
+	if (now - b->last > b->max_gap) {
+		b->max_gap = now - b->last;
+		b->max_at = now;
+	}
+	b->last = now;
+}
+
+static inline void th_beat_start(struct th_beat *b, struct ev_loop *loop)
+{
+	memset(b, 0, sizeof(*b));
+	b->last = th_now();
+	ev_timer_init(&b->t, th_beat_cb, 0.1, 0.1);
+	ev_timer_start(loop, &b->t);
+}
+
+static inline void th_beat_stop(struct th_beat *b, struct ev_loop *loop)
+{
+	ev_timer_stop(loop, &b->t);
+}
+
 /* ---- the echo server every test runs on host 2 ---- */
 
 struct th_srv {
