@@ -253,7 +253,7 @@ static int run_server(void)
 
 	opts(&o);
 	th_srv_start(&s, &o, PORT);
-	if (th.boot == 1) {
+	if (!th_reborn("listening")) {
 		th_mark("listening");
 		/* killed in here */
 		th_srv_serve_until(&s, "done", 120);

@@ -110,7 +110,7 @@ static int run_server(void)
 	struct srv s = {0};
 	void *mem;
 
-	if (th.boot > 1) { /* booted again after the kill */
+	if (th_reborn("listening")) { /* booted again after the kill */
 		th_mark("reborn");
 		th_waitfor("done", 150);
 		return th_finish(0);

@@ -72,6 +72,15 @@ static inline int th_exists(const char *sub, const char *mark)
 	return stat(p, &st) == 0;
 }
 
+/* Whether this run of the test is host 2's after host 1 powered it off
+ * in this same test: its first run marked `mark` before the kill.  (The
+ * boot count, EVR_BOOT, is the host's: it is past 1 for every test after
+ * the first that reboots host 2.) */
+static inline int th_reborn(const char *mark)
+{
+	return th.id == 2 && th_exists("marks", mark);
+}
+
 /* Mark this side failed (so the peer stops waiting) and exit 1. */
 static inline void __attribute__((noreturn, format(printf, 1, 2)))
 th_fail(const char *fmt, ...)
