@@ -34,7 +34,7 @@ struct cm_ev {
 	size_t pdlen;
 };
 
-const char *evr__cm_event_str(enum rdma_cm_event_type t)
+static const char *cm_event_str(enum rdma_cm_event_type t)
 {
 	return rdma_event_str(t);
 }
@@ -320,7 +320,7 @@ static void conn_event(evr_conn *c, const struct cm_ev *e)
 	enum evr__conn_state s = c->state;
 
 	EVR_DBG(ctx, "conn %p: %s (status %d) in state %s", (void *)c,
-		evr__cm_event_str(e->type), e->status,
+		cm_event_str(e->type), e->status,
 		evr__conn_state_str(s));
 	switch (e->type) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
@@ -393,7 +393,7 @@ unexpected:
 	if (s >= EVR_CS_FAILED)
 		return; /* late events of a conn on its way out */
 	EVR_WARN(ctx, "unexpected rdma_cm event %s in state %s",
-		 evr__cm_event_str(e->type), evr__conn_state_str(s));
+		 cm_event_str(e->type), evr__conn_state_str(s));
 	evr__conn_fail(c, -EPROTO);
 }
 
@@ -781,10 +781,10 @@ void evr__cm_on_channel(struct ev_loop *loop, ev_io *w, int revents)
 				conn_event(e.id->context, &e);
 			else
 				EVR_INFO(ctx, "listener event %s",
-					 evr__cm_event_str(e.type));
+					 cm_event_str(e.type));
 		} else {
 			EVR_DBG(ctx, "event %s for an id without owner",
-				evr__cm_event_str(e.type));
+				cm_event_str(e.type));
 		}
 		evr__ctx_progress(ctx);
 	}

@@ -707,7 +707,6 @@ struct evr_conn {
 	double ka_idle, ka_timeout; /* seconds; ka_idle 0: off */
 	double last_act;       /* ev_now() of the last completion */
 	double probe_sent;     /* ev_now() of the probe in flight, or 0 */
-	uint64_t dead_since_ns;
 	/* peer's limits, from the handshake */
 	uint32_t peer_max_eager;
 	uint32_t eager; /* min(peer_max_eager, ctx->max_eager): the eager
@@ -728,7 +727,6 @@ struct evr_conn {
 	bool direct_sent;
 	struct evr__list rndv_wait; /* rendezvous sends awaiting FIN, by id */
 	uint32_t next_rndv_id;
-	uint32_t expect_fin_id;
 	/* receive side */
 	unsigned recv_depth;
 	unsigned recv_posted;
@@ -890,7 +888,6 @@ void evr__calls_fini(struct evr__calls *q);
  * all the same: the next wakeup takes it). */
 bool evr__calls_push(struct evr__calls *q, struct evr__call *call);
 /* Take everything queued, oldest first, and reset the eventfd. */
-struct evr__call *evr__calls_take(struct evr__calls *q);
 /* Run what is queued for ctx (on its thread); the number run. */
 unsigned evr__calls_run(evr_ctx *ctx);
 _Noreturn void evr__wrong_thread(const char *fn);
@@ -934,7 +931,6 @@ struct evr_ctx {
 	/* The device took no WR in the error state (conn.c seal_sq): every
 	 * batch ends signaled, quiet or not. */
 	bool quiet_off;
-	bool running;
 	struct evr_ctx_opts o;
 	uint32_t max_eager;	/* eager payload, this side */
 	uint64_t memlock;	/* RLIMIT_MEMLOCK at creation (memlock.c) */
@@ -1206,9 +1202,6 @@ static inline bool evr__conn_was_up(const evr_conn *c)
 	       (c->state >= EVR_CS_FAILED && c->ended_in == EVR_CS_ESTABLISHED);
 }
 
-/* The status an op's user callback gets: a WR flushed because its conn
- * failed reports why the conn failed (-ETIMEDOUT for a dead peer,
- * -ECONNRESET, ...) rather than the flush; an abort stays -ECANCELED. */
 /* The end of an op (the SQ's completion callback of every conn). */
 static inline void evr__op_complete(struct evr__op *op, int status)
 {
@@ -1225,6 +1218,9 @@ static inline void evr__op_unqueue(evr_conn *c, struct evr__op *op)
 	}
 }
 
+/* The status an op's user callback gets: a WR flushed because its conn
+ * failed reports why the conn failed (-ETIMEDOUT for a dead peer,
+ * -ECONNRESET, ...) rather than the flush; an abort stays -ECANCELED. */
 static inline int evr__op_user_status(const evr_conn *c, int status)
 {
 	if (status == -ECANCELED && c->error)
@@ -1308,13 +1304,11 @@ void evr__loop_stop(evr_ctx *ctx);
 int evr__loop_add_device(evr_ctx *ctx);
 void evr__loop_set_polling(evr_ctx *ctx, bool poll);
 void evr__loop_on_cq_channel(struct ev_loop *loop, ev_io *w, int revents);
-void evr__ctx_fail_all(evr_ctx *ctx, int err);
 
 /* embed.c */
 int evr__embed_add_device(evr_ctx *ctx);
 
 /* cm.c */
 void evr__cm_on_channel(struct ev_loop *loop, ev_io *w, int revents);
-const char *evr__cm_event_str(enum rdma_cm_event_type t);
 
 #endif

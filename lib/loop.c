@@ -268,7 +268,7 @@ static const char *async_str(enum ibv_event_type t)
 	return ibv_event_type_str(t);
 }
 
-void evr__ctx_fail_all(evr_ctx *ctx, int err)
+static void fail_all(evr_ctx *ctx, int err)
 {
 	struct evr__list *pos, *tmp;
 
@@ -327,11 +327,11 @@ static void on_async(struct ev_loop *loop, ev_io *w, int revents)
 		case IBV_EVENT_PORT_ERR:
 			EVR_WARN(ctx, "port %d down: failing connections",
 				 ev.element.port_num);
-			evr__ctx_fail_all(ctx, -ENETDOWN);
+			fail_all(ctx, -ENETDOWN);
 			break;
 		case IBV_EVENT_DEVICE_FATAL:
 			EVR_ERR(ctx, "device %s fatal error", ctx->devname);
-			evr__ctx_fail_all(ctx, -ENODEV);
+			fail_all(ctx, -ENODEV);
 			break;
 		case IBV_EVENT_PORT_ACTIVE:
 		case IBV_EVENT_LID_CHANGE:

@@ -70,7 +70,7 @@ bool evr__calls_push(struct evr__calls *q, struct evr__call *call)
 	return true;
 }
 
-struct evr__call *evr__calls_take(struct evr__calls *q)
+static struct evr__call *calls_take(struct evr__calls *q)
 {
 	struct evr__call *head;
 	uint64_t v;
@@ -94,7 +94,7 @@ unsigned evr__calls_run(evr_ctx *ctx)
 	struct evr__call *call, *next;
 	unsigned n = 0;
 
-	for (call = evr__calls_take(&ctx->calls); call; call = next) {
+	for (call = calls_take(&ctx->calls); call; call = next) {
 		next = call->next;
 		call->run(ctx, call);
 		n++;
