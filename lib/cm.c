@@ -137,9 +137,7 @@ static unsigned reply_tmo_ms(const evr_conn *c)
  * (sent or received). */
 static void conn_agreed(evr_conn *c, uint8_t features)
 {
-	c->rpc_on = (features & EVR_HS_F_CALLS) != 0;
-	c->fin_on = (features & EVR_HS_F_FIN) != 0;
-	c->imm_on = (features & EVR_HS_F_IMM) != 0;
+	c->agreed = features & EVR_HS_F_ALL;
 }
 
 /* ---- active side ---- */

@@ -1361,7 +1361,7 @@ static struct evr__op *fins_to_carry(evr_conn *c)
 	struct evr__list *pos;
 	struct evr__op *first = NULL;
 
-	if (!c->fin_on || evr__list_empty(&c->sendq))
+	if (!evr__agreed(c, EVR_HS_F_FIN) || evr__list_empty(&c->sendq))
 		return NULL;
 	for (pos = c->ctrlq.prev; pos != &c->ctrlq; pos = pos->prev) {
 		struct evr__op *op =

@@ -754,15 +754,13 @@ struct evr_conn {
 	bool asked;	     /* asked for a window this idle tick */
 	uint16_t lend_init;  /* handshake init_window we announce (0: all) */
 	uint16_t req_window; /* accepting: the request's init_window */
-	/* calls (rpc.c) */
-	bool rpc_on;	/* both handshakes agreed to calls */
-	/* both handshakes agreed to EVR_F_FIN; fin_carry: the FIN the
-	 * message being built carries (flush_ops), then NULL */
-	bool fin_on;
+	/* The extensions both handshakes agreed to (evr__agreed): EVR_HS_F_
+	 * CALLS (rpc.c), FIN (a FIN may ride on data), IMM (plain eager
+	 * messages carry their header in immediate data). */
+	uint8_t agreed;
+	/* the FIN the message being built carries (flush_ops), then NULL */
 	struct evr__op *fin_carry;
-	/* both handshakes agreed to EVR_HS_F_IMM: plain eager messages
-	 * carry their header in immediate data */
-	bool imm_on;
+	/* calls (rpc.c) */
 	bool rpc_over;	/* evr_call said -ENOBUFS: on_drain when one ends */
 	struct evr__calltab rpc_tab; /* calls in flight; no slots until the
 				      * first call */
@@ -1196,6 +1194,12 @@ static inline bool evr__conn_can_post(const evr_conn *c)
 }
 
 /* on_connect(0) was delivered: its end is reported by on_close. */
+/* Both handshakes agreed to the extension f (an EVR_HS_F_* bit). */
+static inline bool evr__agreed(const evr_conn *c, uint8_t f)
+{
+	return (c->agreed & f) != 0;
+}
+
 static inline bool evr__conn_was_up(const evr_conn *c)
 {
 	return evr__conn_up(c) ||

@@ -241,7 +241,7 @@ static EVR__ALWAYS_INLINE int send_direct(evr_conn *c, const void *buf,
 	uint32_t idlen = flags ? EVR_CALL_ID_SIZE : 0;
 	/* the header may go in immediate data, a reply's id before the
 	 * payload (proto.h) */
-	bool imm = c->imm_on;
+	bool imm = evr__agreed(c, EVR_HS_F_IMM);
 	uint32_t hlen = (imm ? 0 : EVR_HDR_SIZE) + idlen;
 
 	if (!c->in_recv || c->direct_sent || c->state != EVR_CS_ESTABLISHED ||
@@ -592,7 +592,7 @@ static int send_prepare(evr_conn *c, struct evr__op *op)
 	uint32_t idlen = op->call_flags ? EVR_CALL_ID_SIZE : 0;
 	/* the header may go in immediate data (proto.h), not that of a
 	 * message that carries a FIN */
-	bool imm = c->imm_on && !c->fin_carry;
+	bool imm = evr__agreed(c, EVR_HS_F_IMM) && !c->fin_carry;
 	uint32_t hlen = (imm ? 0 : EVR_HDR_SIZE) + idlen;
 	bool rndv;
 	int err;
@@ -1140,7 +1140,7 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	/* the sender goes eager up to min(its eager size, ours): the same
 	 * negotiated limit must judge what arrives */
 	struct evr__limits lim = {(uint32_t)eager_limit(c), ctx->o.max_msg_size,
-				  c->rpc_on, c->fin_on, c->imm_on};
+				  c->agreed};
 	struct evr__parsed p;
 	const char *why = "?";
 	struct evr__rx *rx;

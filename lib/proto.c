@@ -121,7 +121,7 @@ static int call_take(uint8_t flags, bool data, const uint8_t *p, size_t n,
 		     const struct evr__limits *lim, uint32_t *id,
 		     const char **why)
 {
-	if (!lim->calls)
+	if (!(lim->agreed & EVR_HS_F_CALLS))
 		FAIL("call flag without the calls extension");
 	if (!data)
 		FAIL("call flag on a message other than data");
@@ -160,7 +160,7 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 		call = EVR_CALL_ID_SIZE;
 	}
 	if (out->hdr.flags & EVR_F_FIN) {
-		if (!lim->fin)
+		if (!(lim->agreed & EVR_HS_F_FIN))
 			FAIL("carried finish without the extension");
 		if (!is_data(out->hdr.type))
 			FAIL("carried finish on a message other than data");
@@ -223,7 +223,7 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 			FAIL("goodbye with a payload");
 		return 0;
 	case EVR_T_CANCEL:
-		if (!lim->calls)
+		if (!(lim->agreed & EVR_HS_F_CALLS))
 			FAIL("cancel without the calls extension");
 		if (out->hdr.flags)
 			FAIL("flag on a cancel");
@@ -242,7 +242,7 @@ int evr__imm_parse(uint32_t imm, const void *buf, size_t n,
 	uint32_t v = be32toh(imm);
 
 	memset(out, 0, sizeof(*out));
-	if (!lim->imm)
+	if (!(lim->agreed & EVR_HS_F_IMM))
 		FAIL("header in immediate data without the extension");
 	if (v >> 24 != EVR_IMM_EAGER)
 		FAIL("unknown immediate data");

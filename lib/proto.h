@@ -120,9 +120,7 @@ struct evr__rndv_req {
 struct evr__limits {
 	uint32_t max_eager; /* largest eager payload (my receive buffers) */
 	uint64_t max_msg;   /* largest message, eager or rendezvous */
-	bool calls;	    /* both handshakes carried EVR_HS_F_CALLS */
-	bool fin;	    /* both handshakes carried EVR_HS_F_FIN */
-	bool imm;	    /* both handshakes carried EVR_HS_F_IMM */
+	uint8_t agreed;	    /* the EVR_HS_F_* both handshakes carried */
 };
 
 /* A decoded, validated message. */

@@ -187,7 +187,7 @@ int evr_call(evr_conn *c, const void *req, size_t len, unsigned timeout_ms,
 		return -EPIPE;
 	if (c->state != EVR_CS_ESTABLISHED)
 		return -ENOTCONN;
-	if (!c->rpc_on)
+	if (!evr__agreed(c, EVR_HS_F_CALLS))
 		return -EOPNOTSUPP;
 	if (!c->rpc_tab.s) { /* max_calls was checked at connect / accept */
 		err = evr__calltab_init(&c->rpc_tab, c->o.max_calls

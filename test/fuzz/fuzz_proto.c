@@ -72,7 +72,8 @@ static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 	 * carried FINs */
 	struct evr__limits lim = {64u << (sel & 7),
 				  1ull << (10 + ((sel >> 3) & 7)),
-				  (sel & 0x40) != 0, (sel & 0x40) != 0, false};
+				  (uint8_t)(sel & 0x40 ? EVR_HS_F_CALLS | EVR_HS_F_FIN
+							 : 0)};
 	uint32_t call, fin;
 	struct evr__parsed m, m2;
 	static uint8_t buf[EVR_HDR_SIZE + (64u << 7)];
@@ -86,20 +87,20 @@ static void check_msg(const uint8_t *p, size_t n, uint8_t sel)
 	/* a call or a reply: only with the extension, on data, one of
 	 * the two, its id not 0 and after the header */
 	call = m.hdr.flags & (EVR_F_CALL | EVR_F_REPLY) ? EVR_CALL_ID_SIZE : 0;
-	if (call && (!lim.calls || m.call_id == 0 ||
+	if (call && (!(lim.agreed & EVR_HS_F_CALLS) || m.call_id == 0 ||
 		     (m.hdr.flags & (EVR_F_CALL | EVR_F_REPLY)) ==
 			     (EVR_F_CALL | EVR_F_REPLY) ||
 		     (m.hdr.type != EVR_T_EAGER &&
 		      m.hdr.type != EVR_T_RNDV_REQ)))
 		abort();
-	if (m.hdr.type == EVR_T_CANCEL && (!lim.calls || m.call_id == 0))
+	if (m.hdr.type == EVR_T_CANCEL && (!(lim.agreed & EVR_HS_F_CALLS) || m.call_id == 0))
 		abort();
 	if (!call && m.hdr.type != EVR_T_CANCEL && m.call_id)
 		abort();
 	/* a carried FIN: only with the extension, on data, after the id;
 	 * a FIN of its own otherwise, or none */
 	fin = m.hdr.flags & EVR_F_FIN ? EVR_RNDV_FIN_SIZE : 0;
-	if (fin && (!lim.fin || !m.fin ||
+	if (fin && (!(lim.agreed & EVR_HS_F_FIN) || !m.fin ||
 		    (m.hdr.type != EVR_T_EAGER && m.hdr.type != EVR_T_RNDV_REQ)))
 		abort();
 	if (m.fin != (fin || m.hdr.type == EVR_T_RNDV_FIN) ||
@@ -179,7 +180,8 @@ static void check_imm(const uint8_t *p, size_t n, uint8_t sel)
 {
 	/* bits 0-2: eager size; 3: the extension agreed; 4: calls */
 	struct evr__limits lim = {64u << (sel & 7), 1u << 20,
-				  (sel & 0x10) != 0, false, (sel & 0x08) != 0};
+				  (uint8_t)((sel & 0x10 ? EVR_HS_F_CALLS : 0) |
+					    (sel & 0x08 ? EVR_HS_F_IMM : 0))};
 	uint8_t callf;
 	struct evr__parsed m;
 	const char *why = NULL;
@@ -198,9 +200,9 @@ static void check_imm(const uint8_t *p, size_t n, uint8_t sel)
 	 * eager size, its immediate data what the encoder gives for them;
 	 * all its bytes payload, or a call's id (not 0) and then payload */
 	callf = m.hdr.flags & (EVR_F_CALL | EVR_F_REPLY);
-	if (!lim.imm || m.hdr.type != EVR_T_EAGER ||
+	if (!(lim.agreed & EVR_HS_F_IMM) || m.hdr.type != EVR_T_EAGER ||
 	    (m.hdr.flags & ~(EVR_F_WANT | EVR_F_CALL | EVR_F_REPLY)) ||
-	    (callf && !lim.calls) || callf == (EVR_F_CALL | EVR_F_REPLY) ||
+	    (callf && !(lim.agreed & EVR_HS_F_CALLS)) || callf == (EVR_F_CALL | EVR_F_REPLY) ||
 	    m.hdr.len != n - 4 || m.hdr.len > lim.max_eager || m.fin ||
 	    m.give || evr__imm_encode(m.hdr.flags, m.hdr.credits) != imm)
 		abort();

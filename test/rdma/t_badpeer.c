@@ -485,7 +485,7 @@ static int raw_hostile(enum bad_case bc, struct rdma_cm_id *id,
 {
 	static uint8_t src[REGION_MSG_LEN];
 	size_t len = bc >= REGION_BEFORE ? REGION_MSG_LEN : HOSTILE_LEN;
-	struct evr__limits lim = {HOSTILE_EAGER, 1 << 20, false, false, false};
+	struct evr__limits lim = {HOSTILE_EAGER, 1 << 20, 0};
 	struct evr__hdr h = {0};
 	struct evr__rndv_req r = {0};
 	struct evr__parsed ps;

@@ -378,8 +378,11 @@ void peer_accept(struct peer *p)
 
 bool peer_next(struct peer *p, struct peer_frame *f)
 {
-	struct evr__limits lim = {p->max_eager, p->max_msg, p->calls, p->fin,
-				  p->imm_hdr};
+	struct evr__limits lim = {
+		p->max_eager, p->max_msg,
+		(uint8_t)((p->calls ? EVR_HS_F_CALLS : 0) |
+			  (p->fin ? EVR_HS_F_FIN : 0) |
+			  (p->imm_hdr ? EVR_HS_F_IMM : 0))};
 	const char *why;
 
 	for (; p->seen < mock_wrs.nsend; p->seen++) {

@@ -1099,7 +1099,7 @@ static void test_fin_alone(void **state)
 	struct fix *f = *state;
 
 	rndv_in_answered(f, 0);
-	if (f->p.fin && f->p.conn->fin_on) {
+	if (f->p.fin && evr__agreed(f->p.conn, EVR_HS_F_FIN)) {
 		/* an empty reply carries it too */
 		expect_reply(&f->p, EVR_T_EAGER, 0, true);
 	} else {
@@ -1263,7 +1263,7 @@ static void test_fin_accept_newer_peer(void **state)
 	assert_int_equal(evr__hs_decode(m->pd, m->pdlen, &hs, NULL), 0);
 	assert_int_equal(hs.kind, EVR_HS_REP);
 	assert_int_equal(hs.features, EVR_HS_F_FIN);
-	assert_true(f->p.conn->fin_on);
+	assert_true(evr__agreed(f->p.conn, EVR_HS_F_FIN));
 	rndv_in_answered(f, 4);
 	expect_reply(&f->p, EVR_T_EAGER, 4, true);
 }
@@ -1334,7 +1334,7 @@ static void test_imm_send(void **state)
 	const char small[] = "sixteen bytes!!";
 	unsigned i;
 
-	assert_true(p->conn->imm_on);
+	assert_true(evr__agreed(p->conn, EVR_HS_F_IMM));
 	for (i = 0; i < sizeof(big); i++)
 		big[i] = (uint8_t)(i * 7);
 	peer_send_op(p, small, sizeof(small), 0);
@@ -1458,7 +1458,7 @@ static void held_echo(struct fix *f, bool from_held, bool cb,
 	he.cb = cb;
 	he.src = from_held ? NULL : he.copy;
 	p->on_recv = hold_echo;
-	if (p->conn->imm_on)
+	if (evr__agreed(p->conn, EVR_HS_F_IMM))
 		peer_imm_eager(p, data, sizeof(data), 0, 0);
 	else
 		peer_eager(p, data, sizeof(data), 0);
@@ -1649,8 +1649,8 @@ static void test_imm_fin_in_band(void **state)
 	struct fix *f = *state;
 	struct peer_frame fr;
 
-	assert_true(f->p.conn->imm_on);
-	assert_true(f->p.conn->fin_on);
+	assert_true(evr__agreed(f->p.conn, EVR_HS_F_IMM));
+	assert_true(evr__agreed(f->p.conn, EVR_HS_F_FIN));
 	rndv_in_answered(f, 4);
 	expect_reply(&f->p, EVR_T_EAGER, 4, true);
 	peer_send_op(&f->p, "after", 5, 0);
@@ -1666,7 +1666,7 @@ static void test_imm_off(void **state)
 	struct fix *f = *state;
 	struct peer_frame fr;
 
-	assert_false(f->p.conn->imm_on);
+	assert_false(evr__agreed(f->p.conn, EVR_HS_F_IMM));
 	peer_send_op(&f->p, "hello", 5, 0);
 	peer_pump(f->ctx);
 	next_msg(&f->p, &fr);
@@ -1693,7 +1693,7 @@ static void imm_rejected(void **state, uint32_t imm)
 /* A peer that did not agree to the extension may not use it. */
 static void test_imm_not_agreed(void **state)
 {
-	assert_false(((struct fix *)*state)->p.conn->imm_on);
+	assert_false(evr__agreed(((struct fix *)*state)->p.conn, EVR_HS_F_IMM));
 	imm_rejected(state, EVR_IMM_EAGER << 24);
 }
 
@@ -1730,7 +1730,7 @@ static void test_fin_carried_not_agreed(void **state)
 	struct fix *f = *state;
 	struct peer *p = &f->p;
 
-	assert_false(p->conn->fin_on);
+	assert_false(evr__agreed(p->conn, EVR_HS_F_FIN));
 	peer_fin_eager(p, 0, 0, "hi", 2, 0);
 	peer_pump(f->ctx);
 	assert_int_equal(p->nmsgs, 0);

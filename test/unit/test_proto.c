@@ -388,7 +388,7 @@ static void test_msg_short(void **state)
 /* The limits are the receiver's: a smaller max_eager rejects more. */
 static void test_msg_limits_are_the_callers(void **state)
 {
-	const struct evr__limits small = {64, 4096, false, false, false};
+	const struct evr__limits small = {64, 4096, 0};
 	static const struct bad_msg cases[] = {
 	    {"eager 65", EVR_T_EAGER, 0, 65, 65, 0, 0, 0},
 	    {"rndv 64", EVR_T_RNDV_REQ, 0, 24, 24, 0x1000, 64, 0},
@@ -1040,7 +1040,7 @@ static void test_hs_features(void **state)
 static const struct evr__limits lim_calls = {
     .max_eager = 8192,
     .max_msg = 1ull << 40,
-    .calls = true,
+    .agreed = EVR_HS_F_CALLS,
 };
 
 /* A call message: header, id, then body of blen bytes; its length. */
@@ -1208,8 +1208,7 @@ static void test_call_rejects(void **state)
 static const struct evr__limits lim_fin = {
     .max_eager = 8192,
     .max_msg = 1ull << 40,
-    .calls = true,
-    .fin = true,
+    .agreed = EVR_HS_F_CALLS | EVR_HS_F_FIN,
 };
 
 /* A data message with flags | EVR_F_FIN: [call id] FIN(fid, st) body;
@@ -1320,7 +1319,7 @@ static void test_fin_carried(void **state)
 static const struct evr__limits lim_imm = {
     .max_eager = 8192,
     .max_msg = 1ull << 40,
-    .imm = true,
+    .agreed = EVR_HS_F_IMM,
 };
 
 /* The immediate data's layout, byte by byte on the wire (network order):
@@ -1375,8 +1374,7 @@ static void expect_imm_proto(uint32_t imm, size_t n,
 static const struct evr__limits lim_imm_calls = {
     .max_eager = 8192,
     .max_msg = 1ull << 40,
-    .calls = true,
-    .imm = true,
+    .agreed = EVR_HS_F_CALLS | EVR_HS_F_IMM,
 };
 
 /* A call's request and reply with the header in immediate data: the id

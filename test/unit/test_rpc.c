@@ -371,7 +371,7 @@ static void test_hs_connect_offers(void **state)
 	assert_int_equal(hs.kind, EVR_HS_REQ);
 	assert_int_equal(hs.features,
 			 EVR_HS_F_CALLS | EVR_HS_F_FIN | EVR_HS_F_IMM);
-	assert_true(f->p.conn->rpc_on);
+	assert_true(evr__agreed(f->p.conn, EVR_HS_F_CALLS));
 }
 
 /* A reply that does not agree leaves them off. */
@@ -385,7 +385,7 @@ static void test_hs_connect_refused(void **state)
 	assert_int_equal(evr__hs_decode(m->pd, m->pdlen, &hs, &why), 0);
 	assert_int_equal(hs.features,
 			 EVR_HS_F_CALLS | EVR_HS_F_FIN | EVR_HS_F_IMM);
-	assert_false(f->p.conn->rpc_on);
+	assert_false(evr__agreed(f->p.conn, EVR_HS_F_CALLS));
 }
 
 /* Accepting with on_request agrees to calls the request offered. */
@@ -400,7 +400,7 @@ static void test_hs_accept_serves(void **state)
 	assert_int_equal(hs.kind, EVR_HS_REP);
 	assert_int_equal(hs.features,
 			 EVR_HS_F_CALLS | (imm_all ? EVR_HS_F_IMM : 0));
-	assert_true(f->p.conn->rpc_on);
+	assert_true(evr__agreed(f->p.conn, EVR_HS_F_CALLS));
 }
 
 /* Accepting without on_request, or with it when the request did not
@@ -415,7 +415,7 @@ static void test_hs_accept_no_calls(void **state)
 	assert_int_equal(evr__hs_decode(m->pd, m->pdlen, &hs, &why), 0);
 	assert_int_equal(hs.kind, EVR_HS_REP);
 	assert_int_equal(hs.features, imm_all ? EVR_HS_F_IMM : 0);
-	assert_false(f->p.conn->rpc_on);
+	assert_false(evr__agreed(f->p.conn, EVR_HS_F_CALLS));
 	assert_int_equal(evr_call(f->p.conn, "x", 1, 0, peer_call_cb,
 				  peer_call_arg(&f->p, 0), NULL),
 			 -EOPNOTSUPP);

@@ -320,7 +320,7 @@ static void window_grows_on_want(bool imm)
 
 	p.imm_hdr = imm;
 	peer_connect(&p);
-	assert_int_equal(p.conn->imm_on, imm);
+	assert_int_equal(evr__agreed(p.conn, EVR_HS_F_IMM), imm);
 	p.on_recv = count_only;
 	counted = 0;
 	for (i = 0; i < 20; i++) {
