@@ -140,15 +140,15 @@ struct evr_ctx_opts {
 	const char *device;
 	/** A local IP address whose device the ctx binds to (or NULL). */
 	const char *local_addr;
-	enum evr_mode mode;	 /**< default EVR_MODE_ADAPTIVE */
-	unsigned sq_depth;	 /**< send WRs per connection, default 64 */
-	unsigned recv_depth;	 /**< receive buffers per connection, default 64 */
+	enum evr_mode mode;  /**< default EVR_MODE_ADAPTIVE */
+	unsigned sq_depth;   /**< send WRs per connection, default 64 */
+	unsigned recv_depth; /**< receive buffers per connection, default 64 */
 	/** Largest eager payload (64 B .. 1 MiB).  0, the default: 8192,
 	 *  or less under a small locked-memory limit so that the shared
 	 *  receive pool still holds some 2048 buffers (2048 under the usual
 	 *  8 MiB limit, 1024 at least; see README "Locked memory"). */
 	size_t eager_size;
-	size_t max_msg_size;	 /**< largest message accepted, default 64 MiB */
+	size_t max_msg_size; /**< largest message accepted, default 64 MiB */
 	unsigned signal_interval; /**< signal 1 send WR in N, default 16 */
 	/** Bound on the silent steps of a connect, default 5000: past it
 	 *  on_connect fires with -ETIMEDOUT (evr_conn_opts.timeout_ms
@@ -174,14 +174,15 @@ struct evr_ctx_opts {
 	 *  The probe is a zero-length RDMA WRITE: no peer CPU, no credit.
 	 *  Idleness is checked every keepalive_ms / 2, so a probe goes out
 	 *  1 to 1.5 times keepalive_ms after the last completion (that of the
-	 *  previous probe included).  evr_stats.keepalive_probes counts them. */
+	 *  previous probe included); evr_stats.keepalive_probes counts them. */
 	unsigned keepalive_ms;
 	/** A probe not acknowledged within this fails the conn -ETIMEDOUT
 	 *  (default 6000): a silent peer is detected within about
 	 *  keepalive_ms * 1.5 + keepalive_timeout_ms. */
 	unsigned keepalive_timeout_ms;
-	size_t send_queue_limit;     /**< bytes queued per conn, default 64 MiB */
-	size_t send_queue_lowat;     /**< on_drain at or below this, default limit/2 */
+	size_t send_queue_limit; /**< bytes queued per conn, default 64 MiB */
+	size_t
+	    send_queue_lowat; /**< on_drain at or below this, default limit/2 */
 	/* Adaptive mode thresholds (env: 0 takes the environment variable,
 	 * else the default).  A rule is never met with UINT_MAX. */
 	/** Wakeups per second that switch to POLL (env EVR_ADAPT_UP_RATE,
@@ -385,14 +386,14 @@ struct evr_stats {
 	uint64_t msgs_sent, msgs_recv;
 	uint64_t bytes_sent, bytes_recv;
 	uint64_t rndv_sent, rndv_recv;
-	uint64_t credit_updates;  /**< explicit credit messages sent */
-	uint64_t cq_resizes;	  /**< CQ grown (resize or extra CQ) */
+	uint64_t credit_updates;   /**< explicit credit messages sent */
+	uint64_t cq_resizes;	   /**< CQ grown (resize or extra CQ) */
 	uint64_t keepalive_probes; /**< keepalive probes sent */
-	uint32_t conns;		  /**< open connections */
-	uint32_t cq_count;	  /**< CQs in use */
-	uint32_t cq_capacity;	  /**< total CQEs of all CQs */
-	uint32_t cq_reserved;	  /**< CQEs the open QPs may need */
-	enum evr_mode mode;	  /**< mode in effect now */
+	uint32_t conns;		   /**< open connections */
+	uint32_t cq_count;	   /**< CQs in use */
+	uint32_t cq_capacity;	   /**< total CQEs of all CQs */
+	uint32_t cq_reserved;	   /**< CQEs the open QPs may need */
+	enum evr_mode mode;	   /**< mode in effect now */
 	/** Bytes the ctx holds registered (pinned): message pool, receive
 	 *  buffers of rendezvous messages, the rendezvous sources it
 	 *  registered, evr_mr_reg() regions. */
@@ -463,8 +464,7 @@ EVR_EXPORT void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out);
 /** Called on each switch ADAPTIVE makes (from loop processing), not for
  *  evr_ctx_set_mode(). */
 typedef void (*evr_mode_cb)(evr_ctx *ctx, enum evr_mode now, void *arg);
-EVR_EXPORT void evr_ctx_on_mode_switch(evr_ctx *ctx, evr_mode_cb cb,
-				       void *arg);
+EVR_EXPORT void evr_ctx_on_mode_switch(evr_ctx *ctx, evr_mode_cb cb, void *arg);
 
 /**
  * Run the private loop until evr_ctx_stop() is called (the ctx's watchers
@@ -581,7 +581,7 @@ struct evr_conn_opts {
 	void *arg; /**< passed to every callback of the conn */
 	/** User bytes sent with the connect request (evr_connect only). */
 	const void *user_data;
-	size_t user_len; /**< at most EVR_MAX_USER_DATA */
+	size_t user_len;     /**< at most EVR_MAX_USER_DATA */
 	unsigned timeout_ms; /**< connect bound; 0: the ctx default */
 	/** Keepalive idle time for this conn in ms, in place of the ctx's
 	 *  keepalive_ms: 0 takes the ctx's, -1 turns keepalive off. */
@@ -599,8 +599,7 @@ struct evr_conn_opts {
 
 /** Zero opts and record sizeof(*opts) in opts->size, as compiled into the
  *  caller.  Always call it before setting fields. */
-EVR_EXPORT void evr_conn_opts_init_sz(struct evr_conn_opts *opts,
-				      size_t size);
+EVR_EXPORT void evr_conn_opts_init_sz(struct evr_conn_opts *opts, size_t size);
 static inline void evr_conn_opts_init(struct evr_conn_opts *opts)
 {
 	evr_conn_opts_init_sz(opts, sizeof(*opts));
@@ -652,9 +651,9 @@ struct evr_conn_info {
 	size_t peer_max_msg;	/**< largest message the peer accepts */
 	size_t peer_eager_size; /**< largest eager payload the peer accepts */
 	unsigned peer_recv_depth;
-	unsigned send_credits;	/**< credits available now */
-	size_t queued_bytes;	/**< bytes waiting in the send queue */
-	const char *state;	/**< state name, for logs */
+	unsigned send_credits; /**< credits available now */
+	size_t queued_bytes;   /**< bytes waiting in the send queue */
+	const char *state;     /**< state name, for logs */
 	/** Credits we lend the peer now (its window): our recv_depth with a
 	 *  receive queue per connection; with the shared one it moves between
 	 *  a few and recv_depth (docs/credits.md). */
@@ -875,9 +874,10 @@ EVR_EXPORT int evr_call(evr_conn *conn, const void *req, size_t len,
  * ends, by keepalive or the retry bound if the peer is dead).  A
  * request that was sent is cancelled at the peer too: it does not read
  * what it has not started to read, does not deliver what it has not
- * delivered, and its evr_reply() to one delivered returns -ECANCELED.  A reply that comes later is counted
- * (late_replies) and dropped.  -ENOENT for a call that already ended or
- * was cancelled (nothing changes), -EINVAL without a conn.
+ * delivered, and its evr_reply() to one delivered returns -ECANCELED.  A reply
+ * that comes later is counted (late_replies) and dropped.  -ENOENT for a call
+ * that already ended or was cancelled (nothing changes), -EINVAL without a
+ * conn.
  */
 EVR_EXPORT int evr_call_cancel(evr_conn *conn, evr_call_id id);
 
@@ -908,9 +908,9 @@ EVR_EXPORT evr_conn *evr_request_conn(const evr_request *req);
 /** Local use only: the peer can touch nothing of it.  Enough for a send's
  *  source, evr_read()'s destination and the atomics' result word (regions
  *  are always registered for local writes). */
-#define EVR_ACCESS_LOCAL 0u
-#define EVR_ACCESS_REMOTE_READ 1u
-#define EVR_ACCESS_REMOTE_WRITE 2u
+#define EVR_ACCESS_LOCAL	 0u
+#define EVR_ACCESS_REMOTE_READ	 1u
+#define EVR_ACCESS_REMOTE_WRITE	 2u
 #define EVR_ACCESS_REMOTE_ATOMIC 4u
 
 /** Register [addr, addr+len) with the ctx's PD.  The memory stays the
@@ -926,8 +926,8 @@ EVR_EXPORT evr_conn *evr_request_conn(const evr_request *req);
  *  by the peer through a window over exactly its bytes, never through the
  *  region's rkey.  Elsewhere such a message is registered for its send
  *  like one from ordinary memory. */
-EVR_EXPORT int evr_mr_reg(evr_ctx *ctx, void *addr, size_t len,
-			  unsigned access, evr_mr **out);
+EVR_EXPORT int evr_mr_reg(evr_ctx *ctx, void *addr, size_t len, unsigned access,
+			  evr_mr **out);
 /** Deregister; -EBUSY while operations that use it are pending. */
 EVR_EXPORT int evr_mr_dereg(evr_mr *mr);
 EVR_EXPORT void *evr_mr_addr(const evr_mr *mr);

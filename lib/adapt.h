@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 /* Defaults of the thresholds (evr_ctx_opts.adapt_*, EVR_ADAPT_*). */
-#define EVR_ADAPT_UP_RATE 2000
+#define EVR_ADAPT_UP_RATE  2000
 #define EVR_ADAPT_UP_BATCH 16
 #define EVR_ADAPT_QUIET_US 1000
 /* The rate window: wakeups are counted over this long. */
@@ -23,20 +23,20 @@
 #define EVR_ADAPT_QUIET_POLLS 16
 
 struct evr__adapt_cfg {
-	uint32_t up_rate;  /* wakeups per second that switch EVENT -> POLL */
-	uint32_t up_batch; /* completions in one wakeup that switch */
-	uint32_t quiet_us; /* no completion for this long: POLL -> EVENT */
-	uint32_t window_us; /* window over which up_rate is measured */
+	uint32_t up_rate;     /* wakeups per second that switch EVENT -> POLL */
+	uint32_t up_batch;    /* completions in one wakeup that switch */
+	uint32_t quiet_us;    /* no completion for this long: POLL -> EVENT */
+	uint32_t window_us;   /* window over which up_rate is measured */
 	uint32_t quiet_polls; /* ... and at least this many empty polls */
 };
 
 struct evr__adapt {
 	struct evr__adapt_cfg cfg;
-	bool polling;		/* current mode: POLL (true) or EVENT */
-	uint64_t win_start_ns;	/* start of the current rate window */
-	uint32_t win_wakeups;	/* wakeups counted in it */
-	uint64_t last_busy_ns;	/* last time a completion was seen */
-	uint32_t empty_polls;	/* POLL: empty polls since then */
+	bool polling;	       /* current mode: POLL (true) or EVENT */
+	uint64_t win_start_ns; /* start of the current rate window */
+	uint32_t win_wakeups;  /* wakeups counted in it */
+	uint64_t last_busy_ns; /* last time a completion was seen */
+	uint32_t empty_polls;  /* POLL: empty polls since then */
 	uint64_t switches;
 };
 
@@ -65,13 +65,13 @@ void evr__adapt_force(struct evr__adapt *a, bool polling, uint64_t now_ns);
  * come while we spin (its sender runs on our own loop, or waits for
  * something we do) must not cost a long spin per message. */
 #define EVR_SPIN_STRETCH 16
-#define EVR_SPIN_MISSES 2
+#define EVR_SPIN_MISSES	 2
 #define EVR_SPIN_BACKOFF 64
 struct evr__spin {
 	uint64_t base_ns;
-	uint64_t avg_ns;   /* 0: no answer timed yet */
-	uint32_t backoff;  /* posts left to spin base_ns only */
-	uint32_t misses;   /* longer spins in a row without their answer */
+	uint64_t avg_ns;  /* 0: no answer timed yet */
+	uint32_t backoff; /* posts left to spin base_ns only */
+	uint32_t misses;  /* longer spins in a row without their answer */
 };
 void evr__spin_init(struct evr__spin *s, uint64_t base_ns);
 /* One answer came took_ns after the post it answers: during the spin

@@ -26,17 +26,17 @@
 #define EVR__CALLS_MAX 65536u /* the largest limit */
 
 struct evr__call_slot {
-	void *call;	/* NULL: free */
-	uint32_t gen;	/* the generation of the id stored or next given */
-	uint32_t next;	/* free: 1 + the next free slot, 0 at the tail */
+	void *call;    /* NULL: free */
+	uint32_t gen;  /* the generation of the id stored or next given */
+	uint32_t next; /* free: 1 + the next free slot, 0 at the tail */
 };
 
 struct evr__calltab {
 	struct evr__call_slot *s;
-	uint32_t cap;	/* slots, a power of two */
-	uint32_t shift; /* log2(cap): the index bits of an id */
-	uint32_t limit; /* calls in flight at most */
-	uint32_t n;	/* calls in flight */
+	uint32_t cap;	     /* slots, a power of two */
+	uint32_t shift;	     /* log2(cap): the index bits of an id */
+	uint32_t limit;	     /* calls in flight at most */
+	uint32_t n;	     /* calls in flight */
 	uint32_t head, tail; /* free FIFO: 1 + a slot, 0 when empty */
 };
 
@@ -75,16 +75,15 @@ static inline void evr__calltab_fini(struct evr__calltab *t)
 static inline uint32_t evr__calltab_gen_next(const struct evr__calltab *t,
 					     uint32_t gen)
 {
-	uint32_t mask = t->shift ? (uint32_t)(UINT32_MAX >> t->shift)
-				 : UINT32_MAX;
+	uint32_t mask =
+	    t->shift ? (uint32_t)(UINT32_MAX >> t->shift) : UINT32_MAX;
 
 	gen = (gen + 1) & mask;
 	return gen ? gen : 1;
 }
 
 /* The id of slot i: its generation above the index bits. */
-static inline uint32_t evr__calltab_id(const struct evr__calltab *t,
-				       uint32_t i)
+static inline uint32_t evr__calltab_id(const struct evr__calltab *t, uint32_t i)
 {
 	return (uint32_t)((uint64_t)t->s[i].gen << t->shift) | i;
 }
@@ -111,8 +110,7 @@ static inline int evr__calltab_add(struct evr__calltab *t, void *call,
 
 /* The call stored under id, or NULL: an id never given, or one whose call
  * was removed (a late or forged reply). */
-static inline void *evr__calltab_find(const struct evr__calltab *t,
-				      uint32_t id)
+static inline void *evr__calltab_find(const struct evr__calltab *t, uint32_t id)
 {
 	uint32_t i = id & (t->cap - 1);
 

@@ -47,8 +47,8 @@ static int parse_addr(const char *host, uint16_t port, bool passive,
 	int rc;
 
 	memset(&hints, 0, sizeof(hints));
-	hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV |
-			 (passive ? AI_PASSIVE : 0);
+	hints.ai_flags =
+	    AI_NUMERICHOST | AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	snprintf(pstr, sizeof(pstr), "%u", port);
@@ -61,11 +61,11 @@ static int parse_addr(const char *host, uint16_t port, bool passive,
 	return 0;
 }
 
-static void conn_param(evr_ctx *ctx, struct rdma_conn_param *p,
-		       const void *pd, size_t len)
+static void conn_param(evr_ctx *ctx, struct rdma_conn_param *p, const void *pd,
+		       size_t len)
 {
-	int rd = EVR__MIN(ctx->dattr.max_qp_rd_atom,
-			  ctx->dattr.max_qp_init_rd_atom);
+	int rd =
+	    EVR__MIN(ctx->dattr.max_qp_rd_atom, ctx->dattr.max_qp_init_rd_atom);
 
 	memset(p, 0, sizeof(*p));
 	p->private_data = pd;
@@ -202,8 +202,9 @@ static void on_addr_resolved(evr_conn *c)
 	err = evr__dev_bind(ctx, c->id->verbs);
 	if (err) {
 		EVR_WARN(ctx, "address resolves to device %s, ctx is on %s",
-			 c->id->verbs ? ibv_get_device_name(c->id->verbs->device)
-				      : "(none)",
+			 c->id->verbs
+			     ? ibv_get_device_name(c->id->verbs->device)
+			     : "(none)",
 			 ctx->devname);
 		evr__conn_fail(c, err);
 		return;
@@ -270,14 +271,13 @@ static void on_rejected(evr_conn *c, const struct cm_ev *e)
 		/* the library's reasons are text; show a user's bytes too */
 		for (i = 0; i < c->rej_len; i++)
 			txt[i] = c->rej[i] >= 0x20 && c->rej[i] < 0x7f
-					 ? (char)c->rej[i]
-					 : '.';
+				     ? (char)c->rej[i]
+				     : '.';
 		txt[i] = 0;
 		EVR_INFO(c->ctx, "connect rejected (cm status %d): \"%s\"",
 			 e->status, txt);
 	} else {
-		EVR_INFO(c->ctx, "connect rejected (cm status %d%s)",
-			 e->status,
+		EVR_INFO(c->ctx, "connect rejected (cm status %d%s)", e->status,
 			 e->status == 28 ? ": no listener on that port" : "");
 	}
 	evr__conn_fail(c, -ECONNREFUSED);
@@ -318,8 +318,7 @@ static void conn_event(evr_conn *c, const struct cm_ev *e)
 	enum evr__conn_state s = c->state;
 
 	EVR_DBG(ctx, "conn %p: %s (status %d) in state %s", (void *)c,
-		cm_event_str(e->type), e->status,
-		evr__conn_state_str(s));
+		cm_event_str(e->type), e->status, evr__conn_state_str(s));
 	switch (e->type) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		if (s != EVR_CS_RESOLVING_ADDR)
@@ -447,7 +446,8 @@ int evr_listen(evr_ctx *ctx, const char *host, uint16_t port, int backlog,
 		goto err_destroy;
 	}
 	if (backlog <= 0)
-		backlog = (int)EVR__MIN(ctx->o.listen_backlog, (unsigned)INT_MAX);
+		backlog =
+		    (int)EVR__MIN(ctx->o.listen_backlog, (unsigned)INT_MAX);
 	cap = max_backlog();
 	if (backlog > cap)
 		EVR_INFO(ctx,
@@ -573,8 +573,9 @@ static int accept_req(evr_conn_req *req, const struct evr_conn_opts *opts,
 	conn_agreed(c, hs.features);
 	n = evr__hs_encode(buf, &hs);
 	conn_param(ctx, &p, buf, n);
-	p.responder_resources = (uint8_t)EVR__MIN(
-		p.responder_resources, EVR__MAX(req->hs.recv_depth, 1));
+	p.responder_resources =
+	    (uint8_t)EVR__MIN(p.responder_resources,
+			      EVR__MAX(req->hs.recv_depth, 1));
 	req->id->context = c;
 	set_ack_timeout(ctx, req->id);
 	if (rdma_accept(req->id, &p)) {
@@ -595,8 +596,8 @@ err_release:
 	 * receives already posted) without callbacks */
 	if (err != -ENOBUFS) /* the pool's refusal is logged by srq_admit */
 		EVR_WARN(ctx, "accept failed: %s", evr_strerror(err));
-	reject_id(req->id, err == -ENOBUFS ? "no receive buffers"
-					   : "accept failed");
+	reject_id(req->id,
+		  err == -ENOBUFS ? "no receive buffers" : "accept failed");
 	req->answered = true;
 	req->id->context = c;
 	evr__conn_fail(c, err); /* still NEW: no callbacks */
@@ -684,7 +685,7 @@ int evr_accept_on(evr_conn_req *req, evr_ctx *target,
 	pl->call.run = placed_run;
 	pl->id = req->id;
 	pl->hs = req->hs;
-	req->answered = true; /* the target's now */
+	req->answered = true;	  /* the target's now */
 	evr__load_add(target, 1); /* until placed_run: see evr_ctx_load */
 	evr__calls_push(&target->calls, &pl->call);
 	return 0;
@@ -763,9 +764,9 @@ void evr__cm_on_channel(struct ev_loop *loop, ev_io *w, int revents)
 		e.pdlen = 0;
 		if (ev->param.conn.private_data &&
 		    ev->param.conn.private_data_len) {
-			e.pdlen = EVR__MIN((size_t)ev->param.conn
-						   .private_data_len,
-					   sizeof(e.pd));
+			e.pdlen =
+			    EVR__MIN((size_t)ev->param.conn.private_data_len,
+				     sizeof(e.pd));
 			memcpy(e.pd, ev->param.conn.private_data, e.pdlen);
 		}
 		rdma_ack_cm_event(ev);

@@ -303,9 +303,7 @@ static void srq_post(evr_ctx *ctx, struct evr__list *counted, evr_conn *c)
 		for (; i < n; i++) { /* lost to the shared queue */
 			ctx->bank.posted--;
 			ctx->bank.total--;
-			evr__pool_put(&ctx->pool,
-				      evr__buf_of((struct evr__wr *)(uintptr_t)
-							  wrs[i].wr_id));
+			evr__pool_put(&ctx->pool, evr__recv_wr_buf(&wrs[i]));
 		}
 		err = rc;
 	}
@@ -394,8 +392,7 @@ static void post_qp_recvs(evr_conn *c, bool announce)
 			}
 			for (; i < n; i++)
 				evr__pool_put(&c->ctx->pool,
-					      evr__buf_of((struct evr__wr *)(
-						      uintptr_t)wrs[i].wr_id));
+					      evr__recv_wr_buf(&wrs[i]));
 			evr__conn_fail(c, rc);
 			continue;
 		}
@@ -452,7 +449,7 @@ static int srq_admit(evr_conn *c)
 		evr__credit_set_window(&c->cr, c->bank.window);
 		return 0;
 	}
-	c->srq = false; /* nothing lent: nothing to take back */
+	c->srq = false;		 /* nothing lent: nothing to take back */
 	if (ctx->srq_refusing) { /* said at the first of this run */
 		EVR_DBG(ctx, "no receive buffers for a new connection");
 		return -ENOBUFS;
@@ -466,8 +463,8 @@ static int srq_admit(evr_conn *c)
 		 "counted in evr_stats.srq_refused)",
 		 bk->lent, bk->total, bk->cfg.limit,
 		 lim != UINT64_MAX && !ctx->o.srq_buffers
-			 ? ", and half the locked-memory limit, ulimit -l"
-			 : "");
+		     ? ", and half the locked-memory limit, ulimit -l"
+		     : "");
 	return -ENOBUFS;
 }
 
@@ -477,7 +474,7 @@ static int srq_admit(evr_conn *c)
  * inline data. */
 static const struct {
 	uint32_t sges, inl;
-} qp_caps[] = {{EVR__WR_SGES, 128}, {1, 64}, {1, 0}};
+} qp_caps[] = { { EVR__WR_SGES, 128 }, { 1, 64 }, { 1, 0 } };
 
 int evr__conn_setup_qp(evr_conn *c)
 {
@@ -648,8 +645,8 @@ static void seal_complete(struct evr__op *op, int status)
 	evr__op_free(op->h.conn->ctx, op);
 }
 
-static const struct evr__op_class seal_class = {seal_complete, NULL, NULL,
-						NULL};
+static const struct evr__op_class seal_class = { seal_complete, NULL, NULL,
+						 NULL };
 
 /*
  * The QP is in the error state: every WR still posted comes back flushed,
@@ -701,8 +698,7 @@ static void start_flushing(evr_conn *c)
 	struct ibv_qp_attr attr;
 
 	evr__conn_to(c, EVR_CS_FLUSHING);
-	if (c->id && c->ended_in >= EVR_CS_ACCEPTING &&
-	    rdma_disconnect(c->id))
+	if (c->id && c->ended_in >= EVR_CS_ACCEPTING && rdma_disconnect(c->id))
 		EVR_DBG(c->ctx, "rdma_disconnect: %s", evr_err_name(-errno));
 	if (!c->qp)
 		return;
@@ -854,7 +850,7 @@ void evr__conn_reap(evr_ctx *ctx)
 		if (c->cq->drains == c->limbo_drains && !c->cq->broken)
 			evr__cq_poll_empty(ctx, c->cq);
 		if (c->cq->drains == c->limbo_drains && !c->cq->broken)
-			continue; /* cannot happen: a poll until empty moves it */
+			continue; /* cannot be: a poll until empty moves it */
 		evr__list_del(&c->link);
 		conn_free(c);
 	}
@@ -876,9 +872,10 @@ void evr__conn_srq_recv_done(struct evr__wr *w, const struct ibv_wc *wc)
 	if (wc->status != IBV_WC_SUCCESS) {
 		evr__srq_put_back(ctx, b);
 		if (c && wc->status != IBV_WC_WR_FLUSH_ERR) {
-			EVR_WARN(ctx, "conn %p: receive failed (%s): the message "
-				      "does not fit the receive buffer, or is "
-				      "invalid",
+			EVR_WARN(ctx,
+				 "conn %p: receive failed (%s): the message "
+				 "does not fit the receive buffer, or is "
+				 "invalid",
 				 (void *)c, ibv_wc_status_str(wc->status));
 			evr__conn_fail(c, -EPROTO);
 		}
@@ -915,7 +912,8 @@ static void orphan_posted(evr_conn *c)
 
 	evr__list_for_each(pos, &c->sq.posted)
 	{
-		struct evr__op *op = evr__list_entry(pos, struct evr__op, h.link);
+		struct evr__op *op =
+		    evr__list_entry(pos, struct evr__op, h.link);
 
 		if (op->cb) {
 			evr_op_cb cb = op->cb;
@@ -936,10 +934,10 @@ static bool sq_busy(const evr_conn *c)
 	evr__list_for_each(pos, &c->sq.posted)
 	{
 		const struct evr__op *op =
-			evr__container_of(pos, struct evr__op, h.link);
+		    evr__container_of(pos, struct evr__op, h.link);
 
-		if (!op->quiet && (op->kind != EVR_OP_CTRL ||
-				   op->ctrl_type != EVR_T_CREDIT))
+		if (!op->quiet &&
+		    (op->kind != EVR_OP_CTRL || op->ctrl_type != EVR_T_CREDIT))
 			return true;
 	}
 	return c->sq.nbatch > 0;
@@ -957,7 +955,7 @@ static void ctrl_complete(struct evr__op *op, int status)
 static int ctrl_prepare(evr_conn *c, struct evr__op *op)
 {
 	evr_ctx *ctx = c->ctx;
-	struct evr__hdr h = {0};
+	struct evr__hdr h = { 0 };
 	struct evr__buf *b = evr__pool_get(&ctx->pool);
 	uint32_t len;
 
@@ -975,8 +973,8 @@ static int ctrl_prepare(evr_conn *c, struct evr__op *op)
 	} else if (op->ctrl_flags == EVR_F_WANT) {
 		h.flags = EVR_F_WANT;
 	} else if (op->ctrl_flags == EVR_F_GIVE) {
-		/* all but the reserve and one, now that this update has its credit
-		 * (credits that came since the tick included); none left
+		/* all but the reserve and one, now that this update has its
+		 * credit (credits that came since the tick included); none left
 		 * makes it a plain update */
 		uint32_t g = evr__credit_idle_excess(&c->cr);
 
@@ -996,8 +994,8 @@ static int ctrl_prepare(evr_conn *c, struct evr__op *op)
 	return 0;
 }
 
-static const struct evr__op_class ctrl_class = {ctrl_complete, ctrl_prepare,
-						NULL, NULL};
+static const struct evr__op_class ctrl_class = { ctrl_complete, ctrl_prepare,
+						 NULL, NULL };
 
 /* A control message of c (EVR_T_CREDIT, _RNDV_FIN, _BYE): it takes a
  * credit and may take the last one.  NULL when out of memory. */
@@ -1147,8 +1145,8 @@ static void probe_complete(struct evr__op *op, int status)
 	evr__op_free(op->h.conn->ctx, op);
 }
 
-static const struct evr__op_class probe_class = {probe_complete, NULL, NULL,
-						 NULL};
+static const struct evr__op_class probe_class = { probe_complete, NULL, NULL,
+						  NULL };
 
 static void on_keepalive(struct evr__timer *t)
 {
@@ -1170,8 +1168,9 @@ static void on_keepalive(struct evr__timer *t)
 	}
 	if (c->probe_sent > 0) {
 		if (now - c->probe_sent >= c->ka_timeout) {
-			EVR_WARN(c->ctx, "conn %p: peer silent for %.1f s: "
-					 "keepalive timed out",
+			EVR_WARN(c->ctx,
+				 "conn %p: peer silent for %.1f s: "
+				 "keepalive timed out",
 				 (void *)c, now - c->last_act);
 			evr__conn_fail(c, -ETIMEDOUT);
 		}
@@ -1181,7 +1180,7 @@ static void on_keepalive(struct evr__timer *t)
 		return;
 	op = evr__conn_op_new(c, EVR_OP_PROBE, &probe_class);
 	if (!op)
-		return; /* try again at the next tick */
+		return;			/* try again at the next tick */
 	op->opcode = IBV_WR_RDMA_WRITE; /* no bytes, no key: no wqe */
 	c->probe_sent = now;
 	c->ctx->st.keepalive_probes++;
@@ -1204,8 +1203,8 @@ static void on_keepalive(struct evr__timer *t)
  */
 static bool idle_blocked(evr_conn *c)
 {
-	struct evr__op *op = evr__list_first_entry(&c->sendq, struct evr__op,
-						   h.link);
+	struct evr__op *op =
+	    evr__list_first_entry(&c->sendq, struct evr__op, h.link);
 
 	return op && op->credit && !evr__credit_can(&c->cr, false);
 }
@@ -1493,8 +1492,7 @@ static EVR__ALWAYS_INLINE void flush_ops(evr_conn *c)
 	/* The user's ops in order, the first FIN of the run in each message
 	 * that can carry one; before one that cannot, the rest of the run
 	 * goes alone, as without the extension.  FINs keep their order. */
-	while ((op = evr__list_first_entry(&c->sendq, struct evr__op, h.link)) &&
-	       evr__sq_room(&c->sq) > 0) {
+	while ((op = evr__op_first(&c->sendq)) && evr__sq_room(&c->sq) > 0) {
 		if (run && !(op->cls->carry && op->cls->carry(c, op))) {
 			if (!fin_alone(c, &run))
 				break; /* no credit for it: none for data */
@@ -1507,7 +1505,7 @@ static EVR__ALWAYS_INLINE void flush_ops(evr_conn *c)
 			break; /* a rendezvous binding its window: 2 */
 		evr__list_del(&op->h.link);
 		if (op->credit) {
-			c->nsendq_credit--; /* what waits behind it (WANT) */
+			c->nsendq_credit--;  /* what waits behind it (WANT) */
 			c->sent_data = true; /* not idle (on_idle) */
 		}
 		evr__op_unqueue(c, op);
@@ -1539,7 +1537,7 @@ static EVR__ALWAYS_INLINE void flush_ops(evr_conn *c)
 		idle_ask(c);
 	if ((evr__credit_need_update(&c->cr) ||
 	     evr__credit_peer_starved(&c->cr, c->srq ? c->bank.lent
-							       : c->recv_posted)) &&
+						     : c->recv_posted)) &&
 	    evr__credit_can(&c->cr, true) && evr__sq_room(&c->sq) > 0 &&
 	    post_credit_update(c, 0))
 		ctx->st.credit_updates++;
@@ -1609,8 +1607,7 @@ const void *evr_conn_reject_reason(const evr_conn *c, size_t *len)
 	return c->rej_len ? c->rej : NULL;
 }
 
-int evr_conn_peer_addr(const evr_conn *c, struct sockaddr *addr,
-		       socklen_t *len)
+int evr_conn_peer_addr(const evr_conn *c, struct sockaddr *addr, socklen_t *len)
 {
 	EVR_CONN_OWNER(c);
 	if (!c)

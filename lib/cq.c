@@ -21,20 +21,20 @@
  * gave up on it) and the completions in it are lost.  It is logged with
  * its errno, the CQ is marked broken -- never polled, armed or given to a
  * new QP again -- and the cq_failed hook fails every connection on it
- * with -EIO; the device's async CQ error does the same (evr__cq_break).  Their ops still complete exactly once: with
- * -EIO at once, except those with a WR on the device, which end with
- * -ECANCELED when the conn's flush bound has passed (their flush
- * completions cannot come); on_close (or on_connect) reports -EIO.  The
- * other CQs of the ctx go on.
+ * with -EIO; the device's async CQ error does the same (evr__cq_break).  Their
+ * ops still complete exactly once: with -EIO at once, except those with a WR on
+ * the device, which end with -ECANCELED when the conn's flush bound has passed
+ * (their flush completions cannot come); on_close (or on_connect) reports -EIO.
+ * The other CQs of the ctx go on.
  */
 #include "evrdma-int.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
-#define EVR_CQ_BATCH 32	    /* WCs per ibv_poll_cq */
+#define EVR_CQ_BATCH	 32 /* WCs per ibv_poll_cq */
 #define EVR_CQ_ACK_BATCH 64 /* events acknowledged at once */
-#define EVR_CQ_MIN 1024
+#define EVR_CQ_MIN	 1024
 
 static unsigned cq_needed(unsigned reserved)
 {
@@ -101,8 +101,8 @@ int evr__cq_attach(evr_ctx *ctx, unsigned need, struct evr__cq **out)
 				max);
 		err = ibv_resize_cq(grow->cq, (int)want);
 		if (err == 0 && (unsigned)grow->cq->cqe >= want) {
-			ctx->st.cq_capacity += (unsigned)grow->cq->cqe -
-					       grow->cqe;
+			ctx->st.cq_capacity +=
+			    (unsigned)grow->cq->cqe - grow->cqe;
 			grow->cqe = (unsigned)grow->cq->cqe;
 			ctx->st.cq_resizes++;
 			EVR_DBG(ctx, "CQ resized to %u CQEs", grow->cqe);
@@ -139,8 +139,8 @@ void evr__cq_destroy_all(evr_ctx *ctx)
 
 	evr__list_for_each_safe(pos, tmp, &ctx->cqs)
 	{
-		struct evr__cq *c = evr__container_of(pos, struct evr__cq,
-						      link);
+		struct evr__cq *c =
+		    evr__container_of(pos, struct evr__cq, link);
 
 		/* every event must be acknowledged before the destroy */
 		if (c->unacked)
@@ -214,7 +214,8 @@ static EVR__ALWAYS_INLINE void dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc)
 	struct evr__wr *w = (struct evr__wr *)(uintptr_t)wc->wr_id;
 
 	if (wc->status != IBV_WC_SUCCESS && wc->status != IBV_WC_WR_FLUSH_ERR)
-		EVR_WARN(ctx, "work completion error on qp %u: %s (vendor 0x%x)",
+		EVR_WARN(ctx,
+			 "work completion error on qp %u: %s (vendor 0x%x)",
 			 wc->qp_num, ibv_wc_status_str(wc->status),
 			 wc->vendor_err);
 	w->done(w, wc);
@@ -222,8 +223,7 @@ static EVR__ALWAYS_INLINE void dispatch_wc(evr_ctx *ctx, struct ibv_wc *wc)
 
 /* The CQ failed (see the top of the file): never used again, and what
  * uses it is failed by the hook (the conn layer). */
-void evr__cq_break(evr_ctx *ctx, struct evr__cq *cq, const char *what,
-		   int err)
+void evr__cq_break(evr_ctx *ctx, struct evr__cq *cq, const char *what, int err)
 {
 	if (cq->broken)
 		return;
@@ -239,8 +239,8 @@ struct evr__cq *evr__cq_find(evr_ctx *ctx, const struct ibv_cq *ibcq)
 
 	evr__list_for_each(pos, &ctx->cqs)
 	{
-		struct evr__cq *c = evr__container_of(pos, struct evr__cq,
-						      link);
+		struct evr__cq *c =
+		    evr__container_of(pos, struct evr__cq, link);
 
 		if (c->cq == ibcq)
 			return c;
@@ -289,13 +289,10 @@ unsigned evr__cq_poll_all(evr_ctx *ctx, unsigned budget)
 	struct evr__list *pos, *tmp;
 	unsigned total = 0;
 
-	evr__list_for_each_safe(pos, tmp, &ctx->cqs)
-		total += cq_drain(ctx,
-				  evr__container_of(pos, struct evr__cq, link),
-				  budget);
+	evr__list_for_each_safe(pos, tmp, &ctx->cqs) total +=
+	    cq_drain(ctx, evr__container_of(pos, struct evr__cq, link), budget);
 	return total;
 }
-
 
 /* Arm every CQ that is not armed, then poll it until empty: nothing that
  * completed before the arm is left behind.  Returns completions found. */
@@ -306,8 +303,8 @@ unsigned evr__cq_arm_unarmed(evr_ctx *ctx)
 
 	evr__list_for_each_safe(pos, tmp, &ctx->cqs)
 	{
-		struct evr__cq *c = evr__container_of(pos, struct evr__cq,
-						      link);
+		struct evr__cq *c =
+		    evr__container_of(pos, struct evr__cq, link);
 
 		if (c->armed || c->broken)
 			continue;

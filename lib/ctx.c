@@ -110,11 +110,9 @@ int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
 	ctx->o.local_addr = NULL;
 	ctx->memlock = evr__memlock_limit();
 	/* 0: planned within the locked-memory budget (memlock.c) */
-	ctx->max_eager = opts->eager_size
-				 ? (uint32_t)opts->eager_size
-				 : evr__eager_for_limit(ctx->memlock);
-	if (!opts->eager_size &&
-	    ctx->max_eager > ctx->o.max_msg_size)
+	ctx->max_eager = opts->eager_size ? (uint32_t)opts->eager_size
+					  : evr__eager_for_limit(ctx->memlock);
+	if (!opts->eager_size && ctx->max_eager > ctx->o.max_msg_size)
 		ctx->max_eager = (uint32_t)ctx->o.max_msg_size;
 	/* the environment, once: nothing reads it after this call */
 	evr__env_read(&env);
@@ -205,7 +203,7 @@ void evr_ctx_destroy(evr_ctx *ctx)
 	evr__calls_run(ctx);
 	ctx->destroying = true;
 	evr__list_for_each_safe(pos, tmp, &ctx->listeners)
-		evr_listener_close(evr__container_of(pos, evr_listener, link));
+	    evr_listener_close(evr__container_of(pos, evr_listener, link));
 	evr__conn_free_all(ctx);
 	/* held messages die with the ctx (their buffers are in its pool) */
 	evr__list_for_each_safe(pos, tmp, &ctx->held)

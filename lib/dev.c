@@ -42,7 +42,7 @@ int evr__dev_open_by_name(evr_ctx *ctx, const char *name)
 
 int evr__dev_open_by_addr(evr_ctx *ctx, const char *addr)
 {
-	struct rdma_addrinfo hints = {0}, *res = NULL;
+	struct rdma_addrinfo hints = { 0 }, *res = NULL;
 	struct rdma_cm_id *id = NULL;
 	int err;
 
@@ -64,7 +64,8 @@ int evr__dev_open_by_addr(evr_ctx *ctx, const char *addr)
 		err = -ENODEV;
 		goto out;
 	}
-	err = evr__dev_open_by_name(ctx, ibv_get_device_name(id->verbs->device));
+	err =
+	    evr__dev_open_by_name(ctx, ibv_get_device_name(id->verbs->device));
 out:
 	if (id)
 		rdma_destroy_id(id);
@@ -132,9 +133,10 @@ static void rndv_access_pick(evr_ctx *ctx)
 	else
 		ctx->rndv_access = EVR_RNDV_REGISTER;
 	if (ctx->rndv_access == EVR_RNDV_WINDOW && !usable)
-		EVR_WARN(ctx, "EVR_MW=inside: memory windows on %s, which does "
-			      "not bound reads to them; a peer can read the "
-			      "whole region (for tests only)",
+		EVR_WARN(ctx,
+			 "EVR_MW=inside: memory windows on %s, which does "
+			 "not bound reads to them; a peer can read the "
+			 "whole region (for tests only)",
 			 ctx->devname);
 	if (ctx->rndv_access != EVR_RNDV_REGISTER)
 		return;
@@ -144,9 +146,10 @@ static void rndv_access_pick(evr_ctx *ctx)
 			     "(rdma_rxe)"
 			   : "memory windows off (EVR_MW=off)");
 	if (ctx->tune.reg_cache_max) {
-		EVR_WARN(ctx, "EVR_REG_CACHE=%u ignored without memory "
-			      "windows: a cached registration's rkey would "
-			      "outlive its message",
+		EVR_WARN(ctx,
+			 "EVR_REG_CACHE=%u ignored without memory "
+			 "windows: a cached registration's rkey would "
+			 "outlive its message",
 			 ctx->tune.reg_cache_max);
 		ctx->tune.reg_cache_max = 0;
 	}
@@ -166,7 +169,8 @@ int evr__dev_bind(evr_ctx *ctx, struct ibv_context *verbs)
 	if (ctx->pd)
 		return verbs && verbs != ctx->verbs ? -ENODEV : 0;
 	if (verbs) {
-		err = evr__dev_open_by_name(ctx, ibv_get_device_name(verbs->device));
+		err = evr__dev_open_by_name(ctx,
+					    ibv_get_device_name(verbs->device));
 		if (err)
 			return err;
 		if (ctx->verbs != verbs)
@@ -202,8 +206,9 @@ int evr__dev_bind(evr_ctx *ctx, struct ibv_context *verbs)
 		return err;
 	/* cached rendezvous buffers stay registered: a quarter of a limit */
 	if (ctx->memlock != UINT64_MAX)
-		ctx->pool.rfree_max = (size_t)EVR__MIN(
-			(uint64_t)ctx->pool.rfree_max, ctx->memlock / 4);
+		ctx->pool.rfree_max =
+		    (size_t)EVR__MIN((uint64_t)ctx->pool.rfree_max,
+				     ctx->memlock / 4);
 	ctx->ch = ibv_create_comp_channel(ctx->verbs);
 	if (!ctx->ch)
 		return errno ? -errno : -ENOMEM;

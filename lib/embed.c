@@ -35,7 +35,7 @@
 
 static int add_fd(int ep, int fd)
 {
-	struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
 
 	return epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) ? -errno : 0;
 }

@@ -205,8 +205,7 @@ struct evr__wr {
 #define EVR__OP_WRS_MAX 2 /* a rendezvous request and its window's bind */
 typedef void (*evr__op_complete_fn)(struct evr__op *op, int status);
 typedef int (*evr__op_prepare_fn)(evr_conn *c, struct evr__op *op);
-typedef unsigned (*evr__op_wrs_fn)(const evr_conn *c,
-				   const struct evr__op *op);
+typedef unsigned (*evr__op_wrs_fn)(const evr_conn *c, const struct evr__op *op);
 typedef bool (*evr__op_carry_fn)(const evr_conn *c, const struct evr__op *op);
 struct evr__op_class {
 	evr__op_complete_fn complete;
@@ -276,7 +275,7 @@ struct evr__op {
 	 * in immediate data, sent from there */
 	bool zc;
 	uint8_t ihdr_len;
-	uint16_t iovcnt;    /* EAGER/RNDV from iovecs, until built */
+	uint16_t iovcnt; /* EAGER/RNDV from iovecs, until built */
 	/* on sq->posted: WRs posted without an op after this one, before
 	 * the next op (evr__sq_post_direct) */
 	uint32_t anon_after;
@@ -285,11 +284,11 @@ struct evr__op {
 	uint8_t ihdr[EVR__HDR_BYTES + 4];
 	struct evr__wqe wqe;
 	union {
-		struct { /* EAGER, RNDV */
+		struct {		      /* EAGER, RNDV */
 			struct evr__buf *buf; /* header (+ payload) copy */
 			union {
-				const void *src;     /* single buffer */
-				struct iovec *iov;   /* iovcnt > 0: our copy */
+				const void *src;   /* single buffer */
+				struct iovec *iov; /* iovcnt > 0: our copy */
 				struct evr__rndv_tx *rt; /* RNDV, once built */
 			};
 			size_t len; /* message length */
@@ -320,7 +319,8 @@ struct evr__op {
 	uint8_t copy[EVR_SEND_COPY_MAX];
 };
 
-#define evr__op_of(w) evr__container_of((w), struct evr__op, h)
+#define evr__op_of(w)	 evr__container_of((w), struct evr__op, h)
+#define evr__op_first(q) evr__list_first_entry((q), struct evr__op, h.link)
 
 /* ---- send queue of one QP: batching and selective signaling (sq.c) ---- */
 /* Room to build the verbs WRs of a batch in, shared by the SQs of a ctx
@@ -347,8 +347,8 @@ struct evr__sq {
 	/* unsignaled WRs posted without an op (evr__sq_post_direct) before
 	 * the first op on posted; those after an op are its anon_after */
 	unsigned anon_head;
-	struct evr__list batch;	 /* ops chained, not yet posted */
-	unsigned nbatch;	 /* ops on batch */
+	struct evr__list batch; /* ops chained, not yet posted */
+	unsigned nbatch;	/* ops on batch */
 	evr__sq_done_fn done;	/* completion of each op, in order */
 	struct evr_stats *st;
 	struct evr__wr_chain *chain; /* cap >= 1; the ctx's is sq_depth */
@@ -359,8 +359,8 @@ struct evr__sq {
 };
 
 void evr__sq_init(struct evr__sq *sq, struct ibv_qp *qp, unsigned depth,
-		  unsigned interval, evr__sq_done_fn done,
-		  struct evr_stats *st, struct evr__wr_chain *chain);
+		  unsigned interval, evr__sq_done_fn done, struct evr_stats *st,
+		  struct evr__wr_chain *chain);
 /* Free slots for new WRs (not counting the open batch). */
 static inline unsigned evr__sq_room(const struct evr__sq *sq)
 {
@@ -429,12 +429,12 @@ struct evr__buf {
 	uint32_t imm;
 	uint8_t opcode;
 	uint8_t wc_flags; /* IBV_WC_WITH_IMM */
-	bool update; /* SRQ: held a bare credit update (bank.h repost) */
+	bool update;	  /* SRQ: held a bare credit update (bank.h repost) */
 };
 
 #define evr__buf_link(b) (&(b)->h.link)
-#define evr__buf_pop(q) evr__list_pop_entry((q), struct evr__buf, h.link)
-#define evr__buf_of(w) evr__container_of((w), struct evr__buf, h)
+#define evr__buf_pop(q)	 evr__list_pop_entry((q), struct evr__buf, h.link)
+#define evr__buf_of(w)	 evr__container_of((w), struct evr__buf, h)
 
 /* wr receives into all of pool buffer b (one SGE, sge); next NULL. */
 static inline void evr__recv_wr(struct ibv_recv_wr *wr, struct ibv_sge *sge,
@@ -447,6 +447,12 @@ static inline void evr__recv_wr(struct ibv_recv_wr *wr, struct ibv_sge *sge,
 	wr->sg_list = sge;
 	wr->num_sge = 1;
 	wr->next = NULL;
+}
+
+/* The pool buffer receive WR wr was made for (evr__recv_wr). */
+static inline struct evr__buf *evr__recv_wr_buf(const struct ibv_recv_wr *wr)
+{
+	return evr__buf_of((struct evr__wr *)(uintptr_t)wr->wr_id);
 }
 
 /* The op sends len bytes of pool buffer b (inline when they fit sq). */
@@ -464,13 +470,13 @@ static inline void evr__op_set_send(struct evr__op *op, struct evr__buf *b,
  * are kept per power-of-two size class (EVR_RBUF_MIN_SHIFT ..
  * EVR_RBUF_MAX_SHIFT), EVR_RBUF_CACHE_BYTES in all, so a stream of large
  * messages neither allocates nor registers per message. */
-#define EVR_RBUF_MIN_SHIFT 14
-#define EVR_RBUF_MAX_SHIFT 24
-#define EVR_RBUF_CLASSES (EVR_RBUF_MAX_SHIFT - EVR_RBUF_MIN_SHIFT + 1)
+#define EVR_RBUF_MIN_SHIFT   14
+#define EVR_RBUF_MAX_SHIFT   24
+#define EVR_RBUF_CLASSES     (EVR_RBUF_MAX_SHIFT - EVR_RBUF_MIN_SHIFT + 1)
 #define EVR_RBUF_CACHE_BYTES ((size_t)32 << 20)
 struct evr__rbuf {
 	struct evr__list link; /* on its class's free list when cached */
-	struct ibv_mr *mr; /* NULL: not registered (evr__rbuf_plain) */
+	struct ibv_mr *mr;     /* NULL: not registered (evr__rbuf_plain) */
 	uint8_t *mem;
 	size_t cap;
 	int cls; /* size class, -1: not cached */
@@ -494,7 +500,7 @@ uint64_t evr__memlock_limit(void);
 /* The eager size a ctx takes when evr_ctx_opts.eager_size is 0: the
  * default, halved while the shared receive pool (half the limit) would
  * hold fewer than 2048 buffers of it, down to EVR_EAGER_MIN_AUTO. */
-#define EVR_EAGER_DEFAULT 8192u
+#define EVR_EAGER_DEFAULT  8192u
 #define EVR_EAGER_MIN_AUTO 1024u
 uint32_t evr__eager_for_limit(uint64_t limit);
 
@@ -558,7 +564,7 @@ struct evr__cq {
 	unsigned reserved; /* CQEs the QPs on it may need */
 	unsigned unacked;  /* events not yet acknowledged */
 	bool armed;
-	bool broken;	   /* a poll failed: never polled, armed or used again */
+	bool broken; /* a poll failed: never polled, armed or used again */
 	unsigned nqp;
 	/* polls that found it empty (or returned less than asked): every
 	 * completion made before such a poll has been dispatched */
@@ -578,8 +584,7 @@ unsigned evr__cq_poll_empty(evr_ctx *ctx, struct evr__cq *cq);
 unsigned evr__cq_arm_unarmed(evr_ctx *ctx);
 /* The CQ is unusable (what: the failed call or event, err: its errno):
  * mark it, log once and tell the hook (ctx->hooks.cq_failed). */
-void evr__cq_break(evr_ctx *ctx, struct evr__cq *cq, const char *what,
-		   int err);
+void evr__cq_break(evr_ctx *ctx, struct evr__cq *cq, const char *what, int err);
 struct evr__cq *evr__cq_find(evr_ctx *ctx, const struct ibv_cq *ibcq);
 int evr__wc_errno(enum ibv_wc_status st);
 int evr__wc_conn_errno(enum ibv_wc_status st);
@@ -601,18 +606,18 @@ int evr__wc_conn_errno(enum ibv_wc_status st);
  * (on_connect or on_close) and to the peer (told with rdma_disconnect).
  */
 enum evr__conn_state {
-	EVR_CS_NEW,		/* made; not yet handed to the user */
+	EVR_CS_NEW, /* made; not yet handed to the user */
 	EVR_CS_RESOLVING_ADDR,
 	EVR_CS_RESOLVING_ROUTE,
-	EVR_CS_CONNECTING,	/* rdma_connect issued */
-	EVR_CS_ACCEPTING,	/* rdma_accept issued */
-	EVR_CS_ESTABLISHED,	/* on_connect(0) delivered */
-	EVR_CS_CLOSING,		/* graceful close: our sends drain */
-	EVR_CS_CLOSING_BYE,	/* graceful close: our BYE in flight */
-	EVR_CS_FAILED,		/* error, abort or timeout: teardown next */
-	EVR_CS_FLUSHING,	/* QP in error: its WRs come back flushed */
-	EVR_CS_ZOMBIE,		/* user told; QP kept until the flushes come */
-	EVR_CS_CLOSED,		/* released (never seen by anyone) */
+	EVR_CS_CONNECTING,  /* rdma_connect issued */
+	EVR_CS_ACCEPTING,   /* rdma_accept issued */
+	EVR_CS_ESTABLISHED, /* on_connect(0) delivered */
+	EVR_CS_CLOSING,	    /* graceful close: our sends drain */
+	EVR_CS_CLOSING_BYE, /* graceful close: our BYE in flight */
+	EVR_CS_FAILED,	    /* error, abort or timeout: teardown next */
+	EVR_CS_FLUSHING,    /* QP in error: its WRs come back flushed */
+	EVR_CS_ZOMBIE,	    /* user told; QP kept until the flushes come */
+	EVR_CS_CLOSED,	    /* released (never seen by anyone) */
 };
 
 const char *evr__conn_state_str(enum evr__conn_state s);
@@ -633,7 +638,7 @@ struct evr__rx {
 	uint64_t raddr;
 	uint32_t rkey;
 	uint32_t id;
-	unsigned reads;	 /* chunks not yet read */
+	unsigned reads; /* chunks not yet read */
 	bool started;
 	bool fin; /* its FIN is queued (they go in order: rx_fins) */
 	/* calls: a request (EVR_F_CALL) or a reply (EVR_F_REPLY) and its id;
@@ -651,9 +656,9 @@ struct evr__rx {
 struct evr_msg {
 	struct evr__list link; /* ctx->held */
 	evr_ctx *ctx;
-	evr_conn *conn;	       /* NULL once the conn is gone */
-	struct evr__buf *buf;  /* eager: the receive buffer */
-	struct evr__rbuf *rb;  /* rendezvous: the buffer read into */
+	evr_conn *conn;	      /* NULL once the conn is gone */
+	struct evr__buf *buf; /* eager: the receive buffer */
+	struct evr__rbuf *rb; /* rendezvous: the buffer read into */
 	const void *data;
 	size_t len;
 };
@@ -675,8 +680,7 @@ void evr__timer_init(struct evr__timer *t, evr__timer_fn fn);
 int evr__timers_reserve(struct evr__timers *ts, unsigned more);
 void evr__timers_unreserve(struct evr__timers *ts, unsigned n);
 void evr__timers_free(struct evr__timers *ts);
-void evr__timer_start(struct evr__timers *ts, struct evr__timer *t,
-		      double at);
+void evr__timer_start(struct evr__timers *ts, struct evr__timer *t, double at);
 void evr__timer_stop(struct evr__timers *ts, struct evr__timer *t);
 struct evr__timer *evr__timers_first(const struct evr__timers *ts);
 unsigned evr__timers_run(struct evr__timers *ts, double now);
@@ -694,19 +698,19 @@ struct evr_conn {
 	struct evr__cq *cq;
 	enum evr__conn_state state;    /* changed by evr__conn_to() only */
 	enum evr__conn_state ended_in; /* the live state it left */
-	bool active;	     /* we connected (vs accepted) */
-	bool over_limit;     /* an evr_send returned -ENOBUFS */
-	bool in_recv;	     /* inside on_recv (evr_conn_hold allowed) */
-	int error;	     /* why it ends (0: local graceful close) */
+	bool active;		       /* we connected (vs accepted) */
+	bool over_limit;	       /* an evr_send returned -ENOBUFS */
+	bool in_recv; /* inside on_recv (evr_conn_hold allowed) */
+	int error;    /* why it ends (0: local graceful close) */
 	struct evr_conn_opts o;
 	/* On the ctx's deadline heap (timer.c); EVR__CONN_TIMERS slots
 	 * reserved per conn */
-	struct evr__timer timer; /* connect / close / flush bound */
-	struct evr__timer ka;	 /* keepalive tick */
-	struct evr__timer idle;	 /* idle window tick (window_idle_ms) */
+	struct evr__timer timer;    /* connect / close / flush bound */
+	struct evr__timer ka;	    /* keepalive tick */
+	struct evr__timer idle;	    /* idle window tick (window_idle_ms) */
 	double ka_idle, ka_timeout; /* seconds; ka_idle 0: off */
-	double last_act;       /* ev_now() of the last completion */
-	double probe_sent;     /* ev_now() of the probe in flight, or 0 */
+	double last_act;	    /* ev_now() of the last completion */
+	double probe_sent;	    /* ev_now() of the probe in flight, or 0 */
 	/* peer's limits, from the handshake */
 	uint32_t peer_max_eager;
 	uint32_t eager; /* min(peer_max_eager, ctx->max_eager): the eager
@@ -732,22 +736,22 @@ struct evr_conn {
 	unsigned recv_posted;
 	struct evr__list repost; /* buffers to post again (evr__buf) */
 	unsigned nrepost;
-	struct evr__list rxq;		   /* in-order delivery queue */
-	evr_msg *cur_msg;		   /* message in on_recv */
-	evr_msg *cur_held;		   /* its held copy, if taken */
-	bool cur_taken;	/* it was held in this callback (maybe released
-			 * since): its buffer is no longer the callback's */
+	struct evr__list rxq; /* in-order delivery queue */
+	evr_msg *cur_msg;     /* message in on_recv */
+	evr_msg *cur_held;    /* its held copy, if taken */
+	bool cur_taken;	      /* it was held in this callback (maybe released
+			       * since): its buffer is no longer the callback's */
 	/* the held copies of the callbacks this one runs inside
 	 * (evr__msg_redeliver): a release there forgets them too */
 	struct evr__held_frame *held_up;
-	struct evr__list early;		   /* receives before established */
-	unsigned rndv_active;		   /* rendezvous reads running */
-	bool peer_bye;	     /* the peer's BYE arrived: it closes gracefully */
-	bool qp_err;	     /* flushing: we moved the QP to the error state */
+	struct evr__list early; /* receives before established */
+	unsigned rndv_active;	/* rendezvous reads running */
+	bool peer_bye; /* the peer's BYE arrived: it closes gracefully */
+	bool qp_err;   /* flushing: we moved the QP to the error state */
 	/* shared receive queue (srq.c, bank.h): our receives come from the
 	 * ctx's pool and the bank lends the peer its window */
 	bool srq;
-	bool peer_windowed;  /* the peer lends us a window: tell it EVR_F_WANT */
+	bool peer_windowed; /* the peer lends us a window: tell it EVR_F_WANT */
 	/* the idle cycle (docs/credits.md "Idle windows") */
 	bool sent_data;	     /* a data message went since the last idle tick */
 	bool gave_back;	     /* we gave the window back: ask before sending */
@@ -761,7 +765,7 @@ struct evr_conn {
 	/* the FIN the message being built carries (flush_ops), then NULL */
 	struct evr__op *fin_carry;
 	/* calls (rpc.c) */
-	bool rpc_over;	/* evr_call said -ENOBUFS: on_drain when one ends */
+	bool rpc_over; /* evr_call said -ENOBUFS: on_drain when one ends */
 	struct evr__calltab rpc_tab; /* calls in flight; no slots until the
 				      * first call */
 	struct evr__list rpc_reqs;   /* requests delivered, not answered */
@@ -771,8 +775,8 @@ struct evr_conn {
 	 * ctx: freed with the conn's last reference) */
 	struct evr__stash rpc_calls_free, rpc_reqs_free;
 	struct evr__bank_conn bank;
-	uint32_t qp_num;     /* in ctx->qpmap while attached */
-	unsigned limbo_drains; /* its CQ's drains when its QP was destroyed */
+	uint32_t qp_num;	/* in ctx->qpmap while attached */
+	unsigned limbo_drains;	/* its CQ's drains when its QP was destroyed */
 	unsigned nsendq_credit; /* ops on sendq that take a credit */
 	uint8_t udata[EVR_MAX_USER_DATA]; /* connect request user bytes */
 	size_t ulen;
@@ -784,7 +788,7 @@ struct evr_conn {
 };
 
 struct evr_conn_req {
-	evr_ctx *ctx;	 /* the callback may close l before answering */
+	evr_ctx *ctx; /* the callback may close l before answering */
 	evr_listener *l;
 	struct rdma_cm_id *id;
 	struct evr__hs hs;
@@ -845,8 +849,8 @@ struct evr__hooks {
  * once, at creation (opts.c). */
 struct evr__tune {
 	struct evr__adapt_cfg adapt;
-	unsigned poll_spin;	/* POLL: empty passes in a row per check */
-	unsigned spin_us;	/* ADAPTIVE in EVENT: spin after a post (0: no) */
+	unsigned poll_spin; /* POLL: empty passes in a row per check */
+	unsigned spin_us;   /* ADAPTIVE in EVENT: spin after a post (0: no) */
 	unsigned reg_cache_max; /* registrations kept after use (mr.c) */
 	/* without a log sink: lines at or below log_stderr - 1 go to
 	 * stderr; 0 (also a zeroed ctx): none */
@@ -894,10 +898,10 @@ _Noreturn void evr__wrong_thread(const char *fn);
  * the ctx they act on: with assertions on (the default build), a call from
  * a thread other than the ctx's owner aborts, naming the function. */
 #ifndef NDEBUG
-#define EVR_OWNER(ctx)                                                        \
-	do {                                                                  \
+#define EVR_OWNER(ctx)                                                         \
+	do {                                                                   \
 		if ((ctx) && !pthread_equal((ctx)->owner, pthread_self()))     \
-			evr__wrong_thread(__func__);                          \
+			evr__wrong_thread(__func__);                           \
 	} while (0)
 #else
 #define EVR_OWNER(ctx) ((void)0)
@@ -930,9 +934,9 @@ struct evr_ctx {
 	 * batch ends signaled, quiet or not. */
 	bool quiet_off;
 	struct evr_ctx_opts o;
-	uint32_t max_eager;	/* eager payload, this side */
-	uint64_t memlock;	/* RLIMIT_MEMLOCK at creation (memlock.c) */
-	struct ibv_context *verbs;  /* librdmacm's context of the device */
+	uint32_t max_eager;	   /* eager payload, this side */
+	uint64_t memlock;	   /* RLIMIT_MEMLOCK at creation (memlock.c) */
+	struct ibv_context *verbs; /* librdmacm's context of the device */
 	struct ibv_context **devlist; /* rdma_get_devices(), freed last */
 	struct ibv_pd *pd;
 	struct ibv_device_attr dattr;
@@ -974,27 +978,27 @@ struct evr_ctx {
 	struct evr__list conns, listeners, mrs, regs, zombies, held;
 	unsigned nregs;
 	struct evr__hooks hooks;
-	struct evr__list work;	/* conns whose state needs a step */
-	struct evr__list flush; /* conns with something to post */
+	struct evr__list work;	     /* conns whose state needs a step */
+	struct evr__list flush;	     /* conns with something to post */
 	struct evr__stash ops_free;  /* ops kept for reuse (runq.c) */
 	struct evr__stash msgs_free; /* freed evr_msg handles (msg.c) */
 	struct evr_stats st;
-	struct evr__regacct reg; /* what the ctx has registered */
+	struct evr__regacct reg;    /* what the ctx has registered */
 	struct evr__wr_chain chain; /* WRs of one SQ batch, o.sq_depth */
 	unsigned dispatch_depth;
 	/* the shared receive queue (srq.c), NULL with a queue per conn */
 	struct ibv_srq *srq;
-	bool srq_refusing;	  /* refusals logged since the last admission */
-	bool srq_decided;	  /* srq chosen (or not) for good */
-	struct evr__bank bank;	  /* its credits (bank.h) */
+	bool srq_refusing;     /* refusals logged since the last admission */
+	bool srq_decided;      /* srq chosen (or not) for good */
+	struct evr__bank bank; /* its credits (bank.h) */
 	struct evr__list srq_ready; /* re-posts counted, waiting for their
 				       batched post (bank.unposted) */
-	struct evr__qpmap qpmap;  /* qp_num -> conn, for its completions */
-	struct evr__list limbo;	  /* conns whose QP is gone, whose CQ is
-				     not yet polled empty since (conn.c) */
-	pthread_t owner;	  /* the thread that may use it (thread.c) */
-	struct evr__calls calls;  /* from other threads (thread.c) */
-	ev_io calls_w;		  /* calls.fd readable */
+	struct evr__qpmap qpmap;    /* qp_num -> conn, for its completions */
+	struct evr__list limbo;	    /* conns whose QP is gone, whose CQ is
+				       not yet polled empty since (conn.c) */
+	pthread_t owner;	    /* the thread that may use it (thread.c) */
+	struct evr__calls calls;    /* from other threads (thread.c) */
+	ev_io calls_w;		    /* calls.fd readable */
 	/* atomic: conns not yet ended, and placements queued for it
 	 * (evr_ctx_load); read by any thread */
 	uint32_t load;
@@ -1012,8 +1016,8 @@ struct evr_ctx {
 static inline uint8_t evr__features(const evr_ctx *ctx)
 {
 	bool no_imm = ctx->tune.imm_off ||
-		      (ctx->verbs &&
-		       ctx->verbs->device->transport_type == IBV_TRANSPORT_IWARP);
+		      (ctx->verbs && ctx->verbs->device->transport_type ==
+					 IBV_TRANSPORT_IWARP);
 
 	return (uint8_t)(EVR__FEATURES &
 			 ~(ctx->tune.fin_alone ? EVR_HS_F_FIN : 0u) &
@@ -1031,12 +1035,12 @@ static inline void evr__load_add(evr_ctx *ctx, int d)
  * size); -ENOTCONN when sa is NULL or not an IPv4/IPv6 address yet. */
 int evr__addr_copy(const struct sockaddr *sa, struct sockaddr *out,
 		   socklen_t *len);
-void evr__log(const evr_ctx *ctx, enum evr_log_level lvl, const char *fmt,
-	      ...) __attribute__((format(printf, 3, 4)));
-#define EVR_ERR(ctx, ...) evr__log((ctx), EVR_LOG_ERROR, __VA_ARGS__)
+void evr__log(const evr_ctx *ctx, enum evr_log_level lvl, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+#define EVR_ERR(ctx, ...)  evr__log((ctx), EVR_LOG_ERROR, __VA_ARGS__)
 #define EVR_WARN(ctx, ...) evr__log((ctx), EVR_LOG_WARN, __VA_ARGS__)
 #define EVR_INFO(ctx, ...) evr__log((ctx), EVR_LOG_INFO, __VA_ARGS__)
-#define EVR_DBG(ctx, ...) evr__log((ctx), EVR_LOG_DEBUG, __VA_ARGS__)
+#define EVR_DBG(ctx, ...)  evr__log((ctx), EVR_LOG_DEBUG, __VA_ARGS__)
 /* The loop's time (ev_now) in ns: what the adaptive mode measures with, so
  * the data path reads no clock of its own. */
 static inline uint64_t evr__loop_ns(evr_ctx *ctx)
@@ -1182,8 +1186,7 @@ static inline bool evr__conn_open(const evr_conn *c)
 /* Established or closing gracefully: its QP carries traffic. */
 static inline bool evr__conn_up(const evr_conn *c)
 {
-	return c->state >= EVR_CS_ESTABLISHED &&
-	       c->state <= EVR_CS_CLOSING_BYE;
+	return c->state >= EVR_CS_ESTABLISHED && c->state <= EVR_CS_CLOSING_BYE;
 }
 
 /* WRs may be posted on its QP: it has one, and it is not on its way into
@@ -1241,8 +1244,8 @@ void evr__msg_detach_held(evr_conn *c);
  * op, which is the caller's to withdraw until cb fires.  A reply without
  * cb and op may instead be posted at once (the direct way, as
  * evr_send's). */
-int evr__msg_send_call(evr_conn *c, const void *buf, size_t len,
-		       uint8_t flags, uint32_t id, evr_op_cb cb, void *arg,
+int evr__msg_send_call(evr_conn *c, const void *buf, size_t len, uint8_t flags,
+		       uint32_t id, evr_op_cb cb, void *arg,
 		       struct evr__op **op);
 /* An op of evr__msg_send_call still queued: taken off the queue, and
  * completed (cb) with -ECANCELED; true.  False when it has been posted. */
@@ -1264,8 +1267,7 @@ void evr__msg_redeliver(evr_conn *c, evr_msg *m,
 
 /* rpc.c: calls, above the message layer */
 void evr__rpc_teardown(evr_conn *c, int status); /* the conn_teardown hook */
-void evr__rpc_request(evr_conn *c, uint32_t id, const void *data,
-		      size_t len);
+void evr__rpc_request(evr_conn *c, uint32_t id, const void *data, size_t len);
 void evr__rpc_reply(evr_conn *c, uint32_t id, const void *data, size_t len);
 void evr__rpc_cancel(evr_conn *c, uint32_t id);
 bool evr__rpc_live(const evr_conn *c, uint32_t id);

@@ -167,7 +167,8 @@ static void spin_then_block(evr_ctx *ctx)
 			/* answered: what else comes soon is taken by a spin
 			 * of base length, not of the longer one */
 			if (ctx->spin_t0 == 0)
-				end = EVR__MIN(end, now + ctx->spin.base_ns * 1e-9);
+				end = EVR__MIN(end,
+					       now + ctx->spin.base_ns * 1e-9);
 		}
 		ctx->st.spin_hits += n;
 		total += n;
@@ -273,7 +274,7 @@ static void fail_all(evr_ctx *ctx, int err)
 	struct evr__list *pos, *tmp;
 
 	evr__list_for_each_safe(pos, tmp, &ctx->conns)
-		evr__conn_fail(evr__container_of(pos, evr_conn, link), err);
+	    evr__conn_fail(evr__container_of(pos, evr_conn, link), err);
 }
 
 static void on_async(struct ev_loop *loop, ev_io *w, int revents)
@@ -295,10 +296,11 @@ static void on_async(struct ev_loop *loop, ev_io *w, int revents)
 				 async_str(ev.event_type),
 				 ev.element.qp->qp_num);
 			if (c)
-				evr__conn_fail(c, ev.event_type ==
-							  IBV_EVENT_QP_ACCESS_ERR
-						  ? -EACCES
-						  : -EIO);
+				evr__conn_fail(c,
+					       ev.event_type ==
+						       IBV_EVENT_QP_ACCESS_ERR
+						   ? -EACCES
+						   : -EIO);
 			break;
 		case IBV_EVENT_COMM_EST:
 			/* a receive arrived before ESTABLISHED was reported */
@@ -340,8 +342,7 @@ static void on_async(struct ev_loop *loop, ev_io *w, int revents)
 		case IBV_EVENT_CLIENT_REREGISTER:
 		case IBV_EVENT_GID_CHANGE:
 			EVR_INFO(ctx, "async event %s on port %d",
-				 async_str(ev.event_type),
-				 ev.element.port_num);
+				 async_str(ev.event_type), ev.element.port_num);
 			break;
 		default:
 			EVR_INFO(ctx, "async event %s",

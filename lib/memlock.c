@@ -82,13 +82,14 @@ static void explain(struct evr__regacct *a, size_t len, const char *what,
 	if (err != ENOMEM && err != EAGAIN && err != EPERM)
 		lim = UINT64_MAX; /* not the limit's doing */
 	if (lim == UINT64_MAX) {
-		EVR_WARN(a->ctx, "registering %zu bytes for %s failed: %s",
-			 len, what, strerror(err));
+		EVR_WARN(a->ctx, "registering %zu bytes for %s failed: %s", len,
+			 what, strerror(err));
 		return;
 	}
 	if (a->told) {
-		EVR_DBG(a->ctx, "registering %zu bytes for %s failed: "
-				"locked-memory limit",
+		EVR_DBG(a->ctx,
+			"registering %zu bytes for %s failed: "
+			"locked-memory limit",
 			len, what);
 		return;
 	}
@@ -106,8 +107,7 @@ static void explain(struct evr__regacct *a, size_t len, const char *what,
 }
 
 struct ibv_mr *evr__reg_mr(struct evr__regacct *a, struct ibv_pd *pd,
-			   void *addr, size_t len, int access,
-			   const char *what)
+			   void *addr, size_t len, int access, const char *what)
 {
 	struct ibv_mr *mr;
 	int err;

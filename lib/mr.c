@@ -41,8 +41,7 @@ static int to_ibv_access(const evr_ctx *ctx, unsigned a)
 	if (a & EVR_ACCESS_REMOTE_READ)
 		f |= IBV_ACCESS_REMOTE_READ;
 	/* a rendezvous source: the message layer binds windows in it */
-	if ((a & EVR_ACCESS_REMOTE_READ) &&
-	    ctx->rndv_access == EVR_RNDV_WINDOW)
+	if ((a & EVR_ACCESS_REMOTE_READ) && ctx->rndv_access == EVR_RNDV_WINDOW)
 		f |= IBV_ACCESS_MW_BIND;
 	if (a & EVR_ACCESS_REMOTE_WRITE)
 		f |= IBV_ACCESS_REMOTE_WRITE;
@@ -165,8 +164,8 @@ static void reg_trim(evr_ctx *ctx)
 	/* the list is in LRU order: oldest first */
 	evr__list_for_each_safe(pos, tmp, &ctx->regs)
 	{
-		struct evr__reg *r = evr__container_of(pos, struct evr__reg,
-						       link);
+		struct evr__reg *r =
+		    evr__container_of(pos, struct evr__reg, link);
 
 		if (ctx->nregs <= max)
 			break;
@@ -263,13 +262,13 @@ int evr__reg_get(evr_ctx *ctx, const void *addr, size_t len,
 	 * all: only the window bound over the message does. */
 	r->start = s;
 	r->end = e;
-	r->mr = evr__reg_mr(&ctx->reg, ctx->pd, (void *)r->start,
-			    r->end - r->start,
-			    IBV_ACCESS_LOCAL_WRITE |
-				    (ctx->rndv_access == EVR_RNDV_REGISTER
-					     ? IBV_ACCESS_REMOTE_READ
-					     : IBV_ACCESS_MW_BIND),
-			    "a rendezvous message being sent");
+	r->mr =
+	    evr__reg_mr(&ctx->reg, ctx->pd, (void *)r->start, r->end - r->start,
+			IBV_ACCESS_LOCAL_WRITE |
+			    (ctx->rndv_access == EVR_RNDV_REGISTER
+				 ? IBV_ACCESS_REMOTE_READ
+				 : IBV_ACCESS_MW_BIND),
+			"a rendezvous message being sent");
 	if (!r->mr) {
 		int err = errno ? -errno : -ENOMEM;
 
@@ -301,6 +300,6 @@ void evr__reg_cache_fini(evr_ctx *ctx)
 	struct evr__list *pos, *tmp;
 
 	evr__list_for_each_safe(pos, tmp, &ctx->regs)
-		reg_free(ctx, evr__container_of(pos, struct evr__reg, link));
+	    reg_free(ctx, evr__container_of(pos, struct evr__reg, link));
 	ctx->nregs = 0;
 }

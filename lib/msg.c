@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EVR_RNDV_ACTIVE 2	     /* concurrent rendezvous reads per conn */
-#define EVR_RNDV_CHUNK (1u << 20) /* bytes per RDMA READ */
+#define EVR_RNDV_ACTIVE 2	   /* concurrent rendezvous reads per conn */
+#define EVR_RNDV_CHUNK	(1u << 20) /* bytes per RDMA READ */
 
 _Static_assert(EVR__HDR_BYTES == EVR_HDR_SIZE, "struct evr__op's ihdr");
 
@@ -52,14 +52,14 @@ static int send_prepare(evr_conn *c, struct evr__op *op);
 static uint8_t data_flags(const evr_conn *c)
 {
 	return c->peer_windowed && evr__credit_want(&c->cr, c->nsendq_credit)
-		       ? EVR_F_WANT
-		       : 0;
+		   ? EVR_F_WANT
+		   : 0;
 }
 static void send_complete(struct evr__op *op, int status);
 static unsigned send_wrs(const evr_conn *c, const struct evr__op *op);
 static bool send_carry(const evr_conn *c, const struct evr__op *op);
-static const struct evr__op_class send_class = {send_complete, send_prepare,
-						send_wrs, send_carry};
+static const struct evr__op_class send_class = { send_complete, send_prepare,
+						 send_wrs, send_carry };
 
 /* ---- submission ---- */
 
@@ -265,7 +265,7 @@ static EVR__ALWAYS_INLINE int send_direct(evr_conn *c, const void *buf,
 		return 1; /* not sent: the queue sends it */
 	evr__credit_sent(&c->cr, h.credits);
 	c->direct_sent = true;
-	evr__conn_dirty(c); /* (it is, by the delivery): its flush reopens */
+	evr__conn_dirty(c);  /* (it is, by the delivery): its flush reopens */
 	c->sent_data = true; /* not idle (on_idle) */
 	ctx->answer_posts++;
 	ctx->st.msgs_sent++;
@@ -274,8 +274,8 @@ static EVR__ALWAYS_INLINE int send_direct(evr_conn *c, const void *buf,
 	return 0;
 }
 
-int evr__msg_send_call(evr_conn *c, const void *buf, size_t len,
-		       uint8_t flags, uint32_t id, evr_op_cb cb, void *arg,
+int evr__msg_send_call(evr_conn *c, const void *buf, size_t len, uint8_t flags,
+		       uint32_t id, evr_op_cb cb, void *arg,
 		       struct evr__op **opp)
 {
 	struct evr__op *op;
@@ -331,8 +331,7 @@ int evr__msg_send_cancel(evr_conn *c, uint32_t id)
 	return 0;
 }
 
-int evr_send(evr_conn *c, const void *buf, size_t len, evr_op_cb cb,
-	     void *arg)
+int evr_send(evr_conn *c, const void *buf, size_t len, evr_op_cb cb, void *arg)
 {
 	if (!buf && len)
 		return -EINVAL;
@@ -435,9 +434,9 @@ static void gather(uint8_t *dst, const struct evr__op *op)
 static unsigned send_wrs(const evr_conn *c, const struct evr__op *op)
 {
 	return op->u.msg.len > op_eager_limit(c, op) &&
-			       c->ctx->rndv_access != EVR_RNDV_REGISTER
-		       ? 2
-		       : 1;
+		       c->ctx->rndv_access != EVR_RNDV_REGISTER
+		   ? 2
+		   : 1;
 }
 
 /* Can a message carry a FIN?  A rendezvous request always; an eager
@@ -472,8 +471,8 @@ static void bind_complete(struct evr__op *op, int status)
 	evr__op_free(op->h.conn->ctx, op);
 }
 
-static const struct evr__op_class bind_class = {bind_complete, NULL, NULL,
-						NULL};
+static const struct evr__op_class bind_class = { bind_complete, NULL, NULL,
+						 NULL };
 
 /* Bind a type 2 memory window over [addr, addr+len) of the source's
  * registration, on c's QP: only this peer can use it, and only for those
@@ -490,8 +489,9 @@ static int rndv_bind(evr_conn *c, struct evr__rndv_tx *rt, uintptr_t addr,
 	if (!mw) {
 		int err = errno ? -errno : -ENOMEM;
 
-		EVR_WARN(ctx, "ibv_alloc_mw failed: %s (the device holds %d "
-			      "memory windows; one per rendezvous being sent)",
+		EVR_WARN(ctx,
+			 "ibv_alloc_mw failed: %s (the device holds %d "
+			 "memory windows; one per rendezvous being sent)",
 			 evr_strerror(err), ctx->dattr.max_mw);
 		return err;
 	}
@@ -521,7 +521,7 @@ static int rndv_bind(evr_conn *c, struct evr__rndv_tx *rt, uintptr_t addr,
 static int rndv_prepare(evr_conn *c, struct evr__op *op, struct evr__buf *b)
 {
 	evr_ctx *ctx = c->ctx;
-	struct evr__hdr h = {0};
+	struct evr__hdr h = { 0 };
 	struct evr__rndv_req r;
 	struct evr__rndv_tx *rt = calloc(1, sizeof(*rt));
 	const void *src = op->u.msg.src;
@@ -586,7 +586,7 @@ static int rndv_prepare(evr_conn *c, struct evr__op *op, struct evr__buf *b)
 static int send_prepare(evr_conn *c, struct evr__op *op)
 {
 	evr_ctx *ctx = c->ctx;
-	struct evr__hdr h = {0};
+	struct evr__hdr h = { 0 };
 	struct evr__buf *b;
 	/* a call's id follows the header */
 	uint32_t idlen = op->call_flags ? EVR_CALL_ID_SIZE : 0;
@@ -688,8 +688,7 @@ static void rndv_finish(evr_conn *c, struct evr__op *op)
 
 	/* the window first: a registration with a window bound cannot go */
 	if (rt->mw && ibv_dealloc_mw(rt->mw))
-		EVR_ERR(ctx, "ibv_dealloc_mw failed: %s",
-			evr_strerror(-errno));
+		EVR_ERR(ctx, "ibv_dealloc_mw failed: %s", evr_strerror(-errno));
 	evr__reg_put(ctx, rt->reg);
 	free(rt->bounce);
 	free(rt);
@@ -798,8 +797,8 @@ static void rread_complete(struct evr__op *op, int status)
 	evr__op_free(op->h.conn->ctx, op);
 }
 
-static const struct evr__op_class rread_class = {rread_complete, NULL, NULL,
-						 NULL};
+static const struct evr__op_class rread_class = { rread_complete, NULL, NULL,
+						  NULL };
 
 /* Rendezvous sends whose FIN will never come (the conn is going away). */
 static void rndv_fail_waiting(evr_conn *c, int status)
@@ -933,7 +932,7 @@ static void rx_fins(evr_conn *c)
 	evr__list_for_each(pos, &c->rxq)
 	{
 		struct evr__rx *rx =
-			evr__container_of(pos, struct evr__rx, link);
+		    evr__container_of(pos, struct evr__rx, link);
 		int status = 0;
 
 		if (!rx->rndv || rx->fin)
@@ -974,8 +973,8 @@ static bool rndv_staged(const evr_ctx *ctx, size_t len)
 }
 
 /* Queue the read of bytes [off, off + n) of rx's message into laddr. */
-static int rx_queue_read(evr_conn *c, struct evr__rx *rx, size_t off,
-			 size_t n, uint8_t *laddr, uint32_t lkey)
+static int rx_queue_read(evr_conn *c, struct evr__rx *rx, size_t off, size_t n,
+			 uint8_t *laddr, uint32_t lkey)
 {
 	struct evr__op *op = evr__conn_op_new(c, EVR_OP_RREAD, &rread_class);
 
@@ -1039,8 +1038,9 @@ static void rx_start_reads(evr_conn *c)
 			continue;
 		rx->started = true;
 		if (rx_alloc(ctx, rx)) {
-			EVR_ERR(ctx, "cannot allocate %zu bytes for a "
-				     "rendezvous message",
+			EVR_ERR(ctx,
+				"cannot allocate %zu bytes for a "
+				"rendezvous message",
 				rx->len);
 			evr__conn_fail(c, -ENOMEM);
 			return;
@@ -1049,10 +1049,10 @@ static void rx_start_reads(evr_conn *c)
 		if (rx->stage)
 			err = rx_read_next(c, rx);
 		for (off = 0; !rx->stage && !err && off < rx->len; off += chunk)
-			err = rx_queue_read(c, rx, off,
-					    EVR__MIN(chunk, rx->len - off),
-					    rx->rb->mem + off,
-					    rx->rb->mr->lkey);
+			err =
+			    rx_queue_read(c, rx, off,
+					  EVR__MIN(chunk, rx->len - off),
+					  rx->rb->mem + off, rx->rb->mr->lkey);
 		if (err) {
 			evr__conn_fail(c, err);
 			return;
@@ -1096,7 +1096,7 @@ static void rx_cancel(evr_conn *c, uint32_t id)
 	evr__list_for_each(pos, &c->rxq)
 	{
 		struct evr__rx *rx =
-			evr__container_of(pos, struct evr__rx, link);
+		    evr__container_of(pos, struct evr__rx, link);
 
 		if (!(rx->call_flags & EVR_F_CALL) || rx->call_id != id ||
 		    rx->dropped)
@@ -1139,8 +1139,8 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	evr_ctx *ctx = c->ctx;
 	/* the sender goes eager up to min(its eager size, ours): the same
 	 * negotiated limit must judge what arrives */
-	struct evr__limits lim = {(uint32_t)eager_limit(c), ctx->o.max_msg_size,
-				  c->agreed};
+	struct evr__limits lim = { (uint32_t)eager_limit(c),
+				   ctx->o.max_msg_size, c->agreed };
 	struct evr__parsed p;
 	const char *why = "?";
 	struct evr__rx *rx;
@@ -1148,11 +1148,11 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 	if (c->srq) {
 		/* the bank first: it counts what the sender's window allowed
 		 * (its header's EVR_F_WANT, checked again by the parser) */
-		bool want = wc->opcode == IBV_WC_RECV &&
-			    ((wc->wc_flags & IBV_WC_WITH_IMM)
-				 ? (be32toh(wc->imm_data) >> 16) & EVR_F_WANT
-				 : wc->byte_len >= 2 &&
-				       (b->data[1] & EVR_F_WANT));
+		bool want =
+		    wc->opcode == IBV_WC_RECV &&
+		    ((wc->wc_flags & IBV_WC_WITH_IMM)
+			 ? (be32toh(wc->imm_data) >> 16) & EVR_F_WANT
+			 : wc->byte_len >= 2 && (b->data[1] & EVR_F_WANT));
 
 		if (evr__bank_consume(&ctx->bank, &c->bank, want)) {
 			evr__srq_put_back(ctx, b);
@@ -1206,7 +1206,8 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		 * lend; the bank has grown it already for an ask */
 		if (p.hdr.flags && !(c->srq && c->lend_init)) {
 			evr__conn_recv_put(c, b);
-			proto_error(c, "window flags from a peer lent no window");
+			proto_error(c,
+				    "window flags from a peer lent no window");
 			return;
 		}
 		if (p.give &&
@@ -1232,8 +1233,8 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		return;
 	case EVR_T_EAGER:
 		if (evr__list_empty(&c->rxq)) {
-			deliver(c, b, NULL, p.payload, p.plen, p.hdr.flags & CALLF,
-				p.call_id);
+			deliver(c, b, NULL, p.payload, p.plen,
+				p.hdr.flags & CALLF, p.call_id);
 			return;
 		}
 		rx = calloc(1, sizeof(*rx));
@@ -1374,7 +1375,7 @@ void evr__msg_redeliver(evr_conn *c, evr_msg *m,
 			void *arg)
 {
 	evr_msg cur = *m, *outer = c->cur_msg;
-	struct evr__held_frame fr = {c->cur_held, c->held_up};
+	struct evr__held_frame fr = { c->cur_held, c->held_up };
 	bool outer_in = c->in_recv, outer_taken = c->cur_taken, taken;
 
 	c->cur_msg = &cur;

@@ -152,10 +152,12 @@ void evr__tune_resolve(struct evr__tune *t, const struct evr_ctx_opts *o,
 	memset(t, 0, sizeof(*t));
 	t->adapt.up_rate = evr__opt_pick(o->adapt_up_rate, env->adapt_up_rate,
 					 EVR_ADAPT_UP_RATE);
-	t->adapt.up_batch = evr__opt_pick(
-	    o->adapt_up_batch, env->adapt_up_batch, EVR_ADAPT_UP_BATCH);
-	t->adapt.quiet_us = evr__opt_pick(
-	    o->adapt_quiet_us, env->adapt_quiet_us, EVR_ADAPT_QUIET_US);
+	t->adapt.up_batch =
+	    evr__opt_pick(o->adapt_up_batch, env->adapt_up_batch,
+			  EVR_ADAPT_UP_BATCH);
+	t->adapt.quiet_us =
+	    evr__opt_pick(o->adapt_quiet_us, env->adapt_quiet_us,
+			  EVR_ADAPT_QUIET_US);
 	t->adapt.window_us = EVR_ADAPT_WINDOW_US;
 	/* no option field: the variable or the default (0 is a setting) */
 	t->adapt.quiet_polls =
@@ -181,6 +183,6 @@ void evr__tune_resolve(struct evr__tune *t, const struct evr_ctx_opts *o,
 	else if (env->mw && !strcasecmp(env->mw, "inside"))
 		t->mw = EVR_RNDV_WINDOW;
 	t->fin_alone = env->fin && !strcasecmp(env->fin, "alone");
-	t->imm_off = env->imm && (!strcasecmp(env->imm, "off") ||
-				  !strcmp(env->imm, "0"));
+	t->imm_off = env->imm &&
+		     (!strcasecmp(env->imm, "off") || !strcmp(env->imm, "0"));
 }

@@ -191,7 +191,7 @@ void evr__pool_fini(struct evr__pool *p)
 	evr__list_for_each_safe(pos, tmp, &p->chunks)
 	{
 		struct evr__chunk *c =
-			evr__container_of(pos, struct evr__chunk, link);
+		    evr__container_of(pos, struct evr__chunk, link);
 
 		evr__dereg_mr(p->acct, c->mr);
 		free(c->mem);

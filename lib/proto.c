@@ -187,7 +187,8 @@ int evr__msg_parse(const void *buf, size_t n, const struct evr__limits *lim,
 		out->rndv.rkey = get32(p + 16);
 		out->rndv.id = get32(p + 20);
 		if (out->rndv.len > lim->max_msg)
-			FAIL("rendezvous length beyond the maximum message size");
+			FAIL("rendezvous length beyond the maximum message "
+			     "size");
 		if (out->rndv.len <= lim->max_eager - call)
 			FAIL("rendezvous length small enough to be eager");
 		if (out->rndv.addr + out->rndv.len < out->rndv.addr)
@@ -269,8 +270,8 @@ int evr__imm_parse(uint32_t imm, const void *buf, size_t n,
 
 size_t evr__hs_encode(uint8_t *out, const struct evr__hs *hs)
 {
-	size_t ulen = hs->user_len > EVR_HS_USER_MAX ? EVR_HS_USER_MAX
-						     : hs->user_len;
+	size_t ulen =
+	    hs->user_len > EVR_HS_USER_MAX ? EVR_HS_USER_MAX : hs->user_len;
 
 	put32(out, EVR_PROTO_MAGIC);
 	out[4] = EVR_PROTO_VERSION;

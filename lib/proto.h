@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define EVR_PROTO_MAGIC 0x31525645u /* "EVR1" */
+#define EVR_PROTO_MAGIC	  0x31525645u /* "EVR1" */
 #define EVR_PROTO_VERSION 1
 
 enum evr__msg_type {
@@ -28,11 +28,11 @@ enum evr__msg_type {
 };
 
 /* type u8 | flags u8 | credits u16 | len u32 (payload bytes) */
-#define EVR_HDR_SIZE 8
+#define EVR_HDR_SIZE	  8
 #define EVR_RNDV_REQ_SIZE 24 /* addr u64 | len u64 | rkey u32 | id u32 */
 #define EVR_RNDV_FIN_SIZE 8  /* id u32 | status u32 */
-#define EVR_GIVE_SIZE 4	     /* count u32: credits given back */
-#define EVR_CALL_ID_SIZE 4   /* call id u32, after the header (calls) */
+#define EVR_GIVE_SIZE	  4  /* count u32: credits given back */
+#define EVR_CALL_ID_SIZE  4  /* call id u32, after the header (calls) */
 
 /*
  * Header flags.  EVR_F_WANT: "my window held me back" -- more data
@@ -68,7 +68,7 @@ enum evr__msg_type {
  * or a cancel naming no call is the receiver's to count and drop, not a
  * protocol error; an id of 0 is.
  */
-#define EVR_F_CALL 0x04u
+#define EVR_F_CALL  0x04u
 #define EVR_F_REPLY 0x08u
 
 /*
@@ -126,9 +126,9 @@ struct evr__limits {
 /* A decoded, validated message. */
 struct evr__parsed {
 	struct evr__hdr hdr;
-	const uint8_t *payload; /* EAGER: the payload (after a call id) */
-	uint32_t plen;		/* EAGER: its bytes */
-	uint32_t call_id;	/* EVR_F_CALL, EVR_F_REPLY, CANCEL: not 0 */
+	const uint8_t *payload;	   /* EAGER: the payload (after a call id) */
+	uint32_t plen;		   /* EAGER: its bytes */
+	uint32_t call_id;	   /* EVR_F_CALL, EVR_F_REPLY, CANCEL: not 0 */
 	struct evr__rndv_req rndv; /* RNDV_REQ */
 	bool fin;		   /* RNDV_FIN, or EVR_F_FIN on data */
 	uint32_t fin_id;	   /* then: the rendezvous read */
@@ -169,9 +169,9 @@ int evr__imm_parse(uint32_t imm, const void *buf, size_t n,
 /* Handshake in rdma_cm private data (connect request, accept, reject). */
 enum evr__hs_kind { EVR_HS_REQ = 1, EVR_HS_REP = 2, EVR_HS_REJ = 3 };
 
-#define EVR_HS_FIXED 24
+#define EVR_HS_FIXED	24
 #define EVR_HS_USER_MAX 32
-#define EVR_HS_MAX (EVR_HS_FIXED + EVR_HS_USER_MAX)
+#define EVR_HS_MAX	(EVR_HS_FIXED + EVR_HS_USER_MAX)
 
 /*
  * magic u32 | version u8 | kind u8 | user_len u8 | features u8 |

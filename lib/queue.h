@@ -22,7 +22,7 @@
 #include <stddef.h>
 
 #define evr__container_of(ptr, type, member)                                   \
-	((type *)((char *)(ptr) - offsetof(type, member)))
+	((type *)((char *)(ptr)-offsetof(type, member)))
 
 struct evr__list {
 	struct evr__list *next, *prev;
@@ -40,9 +40,8 @@ static inline bool evr__list_empty(const struct evr__list *l)
 	return l->next == l;
 }
 
-static inline void evr__list_insert(struct evr__list *n,
-				     struct evr__list *prev,
-				     struct evr__list *next)
+static inline void evr__list_insert(struct evr__list *n, struct evr__list *prev,
+				    struct evr__list *next)
 {
 	n->prev = prev;
 	n->next = next;

@@ -23,7 +23,8 @@ static void rma_complete(struct evr__op *op, int status)
 	evr__op_free(c->ctx, op);
 }
 
-static const struct evr__op_class rma_class = {rma_complete, NULL, NULL, NULL};
+static const struct evr__op_class rma_class = { rma_complete, NULL, NULL,
+						NULL };
 
 static int rma_submit(evr_conn *c, enum evr__op_kind kind,
 		      enum ibv_wr_opcode opcode, evr_mr *lmr, size_t loff,
@@ -93,8 +94,8 @@ int evr_write_imm(evr_conn *c, evr_mr *lmr, size_t loff,
 	int err;
 
 	EVR_CONN_OWNER(c);
-	err = rma_submit(c, EVR_OP_WRITE_IMM, IBV_WR_RDMA_WRITE_WITH_IMM,
-			 lmr, loff, rk, roff, len, cb, arg, &op);
+	err = rma_submit(c, EVR_OP_WRITE_IMM, IBV_WR_RDMA_WRITE_WITH_IMM, lmr,
+			 loff, rk, roff, len, cb, arg, &op);
 	if (err)
 		return err;
 	op->wqe.imm = htobe32(imm); /* verbs carries it big endian */
@@ -109,8 +110,8 @@ int evr_read(evr_conn *c, evr_mr *lmr, size_t loff, const struct evr_rkey *rk,
 	int err;
 
 	EVR_CONN_OWNER(c);
-	err = rma_submit(c, EVR_OP_READ, IBV_WR_RDMA_READ, lmr, loff, rk,
-			 roff, len, cb, arg, &op);
+	err = rma_submit(c, EVR_OP_READ, IBV_WR_RDMA_READ, lmr, loff, rk, roff,
+			 len, cb, arg, &op);
 	if (err)
 		return err;
 	rma_queue(op);

@@ -158,8 +158,9 @@ static void call_give_up(evr_conn *c, struct rpc_call *k, int status)
 	 * ends; the peer answers into nothing.  Not once closing: nothing
 	 * may follow our BYE, and the close ends the peer's side anyway. */
 	if (c->state == EVR_CS_ESTABLISHED && evr__msg_send_cancel(c, k->id))
-		EVR_WARN(c->ctx, "conn %p: no memory for the cancel of call "
-				 "%u: the peer is not told",
+		EVR_WARN(c->ctx,
+			 "conn %p: no memory for the cancel of call "
+			 "%u: the peer is not told",
 			 (void *)c, k->id);
 	call_maybe_end(k);
 }
@@ -191,8 +192,8 @@ int evr_call(evr_conn *c, const void *req, size_t len, unsigned timeout_ms,
 		return -EOPNOTSUPP;
 	if (!c->rpc_tab.s) { /* max_calls was checked at connect / accept */
 		err = evr__calltab_init(&c->rpc_tab, c->o.max_calls
-							     ? c->o.max_calls
-							     : EVR_CALLS_DEFAULT);
+							 ? c->o.max_calls
+							 : EVR_CALLS_DEFAULT);
 		if (err)
 			return err;
 	}
@@ -281,8 +282,9 @@ void evr__rpc_reply(evr_conn *c, uint32_t id, const void *data, size_t len)
 	k->reply = evr_conn_hold(c);
 	if (!k->reply) {
 		k->status = -ENOMEM;
-		EVR_WARN(c->ctx, "conn %p: no memory to keep the reply of call "
-				 "%u",
+		EVR_WARN(c->ctx,
+			 "conn %p: no memory to keep the reply of call "
+			 "%u",
 			 (void *)c, id);
 	}
 }
@@ -339,7 +341,7 @@ static bool req_ix_grow(evr_conn *c, uint32_t want)
 	evr__list_for_each(pos, &c->rpc_reqs)
 	{
 		struct evr_request *r =
-			evr__container_of(pos, struct evr_request, link);
+		    evr__container_of(pos, struct evr_request, link);
 		uint32_t b = req_bucket(c, r->id);
 
 		r->hnext = ix[b];
@@ -415,8 +417,9 @@ static void req_unlink(struct evr_request *r)
 static void reqs_gone(evr_conn *c)
 {
 	while (!evr__list_empty(&c->rpc_reqs)) {
-		struct evr_request *r = evr__container_of(
-		    c->rpc_reqs.next, struct evr_request, link);
+		struct evr_request *r =
+		    evr__container_of(c->rpc_reqs.next, struct evr_request,
+				      link);
 
 		evr__list_del(&r->link);
 		r->state = REQ_GONE;
@@ -532,8 +535,8 @@ void evr__rpc_teardown(evr_conn *c, int status)
 			continue;
 		k = evr__calltab_take(t, evr__calltab_id(t, i));
 		k->known = true;
-		k->status = evr__op_user_status(c, status ? status
-							  : -ECANCELED);
+		k->status =
+		    evr__op_user_status(c, status ? status : -ECANCELED);
 		if (k->timed)
 			evr__timer_stop(&c->ctx->timers, &k->tm);
 		call_maybe_end(k);

@@ -31,8 +31,9 @@ void evr__runq_init(evr_ctx *ctx)
 struct evr__op *evr__op_alloc(evr_ctx *ctx)
 {
 	/* the copy of a small message is written before it is read */
-	struct evr__op *op = evr__stash_get_part(
-	    &ctx->ops_free, sizeof(*op), offsetof(struct evr__op, copy));
+	struct evr__op *op =
+	    evr__stash_get_part(&ctx->ops_free, sizeof(*op),
+				offsetof(struct evr__op, copy));
 
 	if (op)
 		evr__list_init(&op->h.link);
@@ -56,6 +57,8 @@ void evr__runq_forget(evr_conn *c)
 	evr__list_del(&c->flush_link);
 }
 
+#define conn_pop(q, m) evr__list_pop_entry((q), evr_conn, m)
+
 /* Run flushes and state steps until nothing is left: a callback may
  * submit more, which is posted in the same pass.  Reentrant calls (from
  * inside a dispatch) return at once: the outermost one does the work. */
@@ -69,11 +72,9 @@ void evr__ctx_run(evr_ctx *ctx)
 	for (round = 0; round < 64 && evr__runq_busy(ctx); round++) {
 		evr_conn *c;
 
-		while ((c = evr__list_pop_entry(&ctx->flush, evr_conn,
-						flush_link)))
+		while ((c = conn_pop(&ctx->flush, flush_link)))
 			ctx->hooks.conn_flush(c);
-		while ((c = evr__list_pop_entry(&ctx->work, evr_conn,
-						work_link)))
+		while ((c = conn_pop(&ctx->work, work_link)))
 			ctx->hooks.conn_step(c); /* may free c */
 	}
 	ctx->dispatch_depth--;

@@ -80,7 +80,7 @@ void evr__sq_add(struct evr__sq *sq, struct evr__op *op)
 static struct evr__op *batch_pop(struct evr__sq *sq)
 {
 	struct evr__op *op =
-		evr__list_pop_entry(&sq->batch, struct evr__op, h.link);
+	    evr__list_pop_entry(&sq->batch, struct evr__op, h.link);
 
 	if (op)
 		sq->nbatch--;
@@ -184,7 +184,7 @@ static EVR__ALWAYS_INLINE int post_chain(struct evr__sq *sq, unsigned n,
 
 	for (i = 0; i < n; i++, pos = evr__list_next(&sq->batch, pos)) {
 		const struct evr__op *op =
-			evr__list_entry(pos, struct evr__op, h.link);
+		    evr__list_entry(pos, struct evr__op, h.link);
 
 		build_wr(op, &wrs[i], &sges[EVR__WR_SGES * i]);
 		wrs[i].next = i + 1 < n ? &wrs[i + 1] : NULL;
@@ -221,8 +221,8 @@ int evr__sq_commit(struct evr__sq *sq)
 
 	if (!sq->nbatch)
 		return 0;
-	last = evr__list_entry(evr__list_last(&sq->batch), struct evr__op,
-			       h.link);
+	last =
+	    evr__list_entry(evr__list_last(&sq->batch), struct evr__op, h.link);
 	/* The batch ends signaled unless all that is unsignaled in it since
 	 * the last signaled WR is quiet: RC completes in order, so that one
 	 * completion tells of every WR before it. */
@@ -291,7 +291,7 @@ int evr__sq_post_direct(struct evr__sq *sq, const void *hdr, uint32_t hlen,
 static struct evr__op *posted_pop(struct evr__sq *sq)
 {
 	struct evr__op *op =
-		evr__list_pop_entry(&sq->posted, struct evr__op, h.link);
+	    evr__list_pop_entry(&sq->posted, struct evr__op, h.link);
 
 	if (!op)
 		return NULL;

@@ -21,8 +21,8 @@
 #include <string.h>
 
 #define EVR_SRQ_MAX_DEFAULT 65536u /* buffers, when the option is 0 */
-#define EVR_SRQ_WIN_INIT 8u	   /* credits lent at admission */
-#define EVR_SRQ_POST_BATCH 64u	   /* WRs per ibv_post_srq_recv */
+#define EVR_SRQ_WIN_INIT    8u	   /* credits lent at admission */
+#define EVR_SRQ_POST_BATCH  64u	   /* WRs per ibv_post_srq_recv */
 
 void evr__srq_buf_prep(evr_ctx *ctx, struct evr__buf *b)
 {
@@ -42,8 +42,8 @@ int evr__srq_post(evr_ctx *ctx, struct ibv_recv_wr *wr,
  * is for send copies and rendezvous). */
 static uint32_t srq_limit(const evr_ctx *ctx)
 {
-	uint64_t lim = ctx->o.srq_buffers ? ctx->o.srq_buffers
-					  : EVR_SRQ_MAX_DEFAULT;
+	uint64_t lim =
+	    ctx->o.srq_buffers ? ctx->o.srq_buffers : EVR_SRQ_MAX_DEFAULT;
 	if (!ctx->o.srq_buffers && ctx->memlock != UINT64_MAX)
 		lim = EVR__MIN(lim, ctx->memlock / 2 / ctx->pool.buf_size);
 	lim = EVR__MIN(lim, (uint64_t)ctx->dattr.max_srq_wr);
@@ -64,13 +64,15 @@ int evr__srq_open(evr_ctx *ctx)
 		return 0;
 	if (ctx->dattr.max_srq <= 0 || ctx->dattr.max_srq_wr <= 0) {
 		if (want == EVR_SRQ_ON) {
-			EVR_ERR(ctx, "device %s has no shared receive queues "
-				     "(srq = EVR_SRQ_ON)",
+			EVR_ERR(ctx,
+				"device %s has no shared receive queues "
+				"(srq = EVR_SRQ_ON)",
 				ctx->devname);
 			return -EOPNOTSUPP;
 		}
-		EVR_INFO(ctx, "device %s has no shared receive queues: a "
-			      "receive queue per connection",
+		EVR_INFO(ctx,
+			 "device %s has no shared receive queues: a "
+			 "receive queue per connection",
 			 ctx->devname);
 		return 0;
 	}
@@ -93,12 +95,14 @@ int evr__srq_open(evr_ctx *ctx)
 		err = errno ? -errno : -ENOMEM;
 		EVR_WARN(ctx, "ibv_create_srq(%u) failed: %s%s", cfg.limit,
 			 evr_strerror(err),
-			 want == EVR_SRQ_ON ? ""
-					    : ": a receive queue per connection");
+			 want == EVR_SRQ_ON
+			     ? ""
+			     : ": a receive queue per connection");
 		return want == EVR_SRQ_ON ? err : 0;
 	}
-	EVR_INFO(ctx, "shared receive queue of up to %u buffers; windows "
-		      "%u..%u, %u at first",
+	EVR_INFO(ctx,
+		 "shared receive queue of up to %u buffers; windows "
+		 "%u..%u, %u at first",
 		 cfg.limit, cfg.win_min, cfg.win_max, cfg.win_init);
 	evr__srq_refill(ctx); /* what fails is retried at the next need */
 	return 0;
@@ -149,9 +153,7 @@ int evr__srq_refill(evr_ctx *ctx)
 			EVR_ERR(ctx, "ibv_post_srq_recv failed: %s",
 				evr_strerror(err));
 		for (; i < n; i++)
-			evr__pool_put(&ctx->pool,
-				      evr__buf_of((struct evr__wr *)(uintptr_t)
-							  wrs[i].wr_id));
+			evr__pool_put(&ctx->pool, evr__recv_wr_buf(&wrs[i]));
 	}
 	return err;
 }

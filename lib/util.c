@@ -27,8 +27,8 @@ __attribute__((constructor)) static void evr__memcheck_check(void)
 {
 	const char *pre = getenv("LD_PRELOAD");
 
-	evr__on_memcheck = RUNNING_ON_VALGRIND && pre &&
-			   strstr(pre, "vgpreload_memcheck");
+	evr__on_memcheck =
+	    RUNNING_ON_VALGRIND && pre && strstr(pre, "vgpreload_memcheck");
 }
 #endif
 
@@ -49,7 +49,7 @@ int evr__log_level_parse(const char *s)
 
 void evr__log(const evr_ctx *ctx, enum evr_log_level lvl, const char *fmt, ...)
 {
-	static const char *const names[] = {"error", "warn", "info", "debug"};
+	static const char *const names[] = { "error", "warn", "info", "debug" };
 	char line[512];
 	va_list ap;
 	int env;
@@ -128,7 +128,8 @@ const char *evr_strerror(int err)
 	case -ECANCELED:
 		return "operation canceled (flushed or connection closed)";
 	case -ECONNREFUSED:
-		return "connection refused (no listener, or rejected by the peer)";
+		return "connection refused (no listener, or rejected by the "
+		       "peer)";
 	case -ENOBUFS:
 		return "out of buffers: the send queue is full (wait for the "
 		       "drain callback), or the receive pool cannot take "
