@@ -89,7 +89,7 @@ typedef void (*evr_log_fn)(enum evr_log_level level, const char *msg,
 /* ------------------------------------------------------------------------ */
 /* Context                                                                  */
 
-/** Completion handling modes; see README "Completion modes". */
+/** Completion handling modes; see evrdma(7), "Completion modes". */
 enum evr_mode {
 	EVR_MODE_EVENT = 0,    /**< CQs armed, the loop sleeps until events */
 	EVR_MODE_POLL = 1,     /**< CQs polled every loop iteration */
@@ -118,8 +118,8 @@ EVR_EXPORT const char *evr_mode_str(enum evr_mode mode);
  * leaves in the fields marked "env") means "unset": the environment
  * variable named applies if it is set to a number, else the built-in
  * default.  A non-zero field always wins over the environment.  The
- * environment is read once, by evr_ctx_create(); README "Environment"
- * lists every variable.
+ * environment is read once, by evr_ctx_create(); evrdma(7),
+ * "Environment", lists every variable.
  */
 /** Where a ctx's receive buffers are posted (evr_ctx_opts.srq). */
 enum evr_srq_mode {
@@ -146,7 +146,7 @@ struct evr_ctx_opts {
 	/** Largest eager payload (64 B .. 1 MiB).  0, the default: 8192,
 	 *  or less under a small locked-memory limit so that the shared
 	 *  receive pool still holds some 2048 buffers (2048 under the usual
-	 *  8 MiB limit, 1024 at least; see README "Locked memory"). */
+	 *  8 MiB limit, 1024 at least; see evrdma(7), "Locked memory"). */
 	size_t eager_size;
 	size_t max_msg_size; /**< largest message accepted, default 64 MiB */
 	unsigned signal_interval; /**< signal 1 send WR in N, default 16 */
@@ -270,7 +270,7 @@ static inline void evr_ctx_opts_init(struct evr_ctx_opts *opts)
  * CQs, and starts the watchers.  opts NULL: the defaults.  -EINVAL for
  * opts never initialised (size 0) or out of range, -E2BIG for opts from a
  * newer evrdma.h that set fields this library does not know.  Reads the
- * environment (README "Environment") once, here.
+ * environment (evrdma(7), "Environment") once, here.
  * On success *out is owned by the caller until evr_ctx_destroy().
  */
 EVR_EXPORT int evr_ctx_create(evr_ctx **out, struct ev_loop *loop,
@@ -360,9 +360,9 @@ enum evr_rndv_access {
 	 *  serves any message inside a cached registration. */
 	EVR_RNDV_WINDOW,
 	/** No windows (the device has none, its windows cannot be used --
-	 *  rdma_rxe's, see README -- or EVR_MW=off): the message's bytes are
-	 *  registered for the send alone and deregistered at the FIN; no
-	 *  borrowing, no cache. */
+	 *  rdma_rxe's, see docs/protocol.md -- or EVR_MW=off): the
+	 *  message's bytes are registered for the send alone and
+	 *  deregistered at the FIN; no borrowing, no cache. */
 	EVR_RNDV_REGISTER,
 };
 
