@@ -247,7 +247,7 @@ struct evr__rndv_tx {
 #define EVR__HDR_BYTES 8 /* proto.h's EVR_HDR_SIZE (msg.c checks) */
 struct evr__op {
 	/* h.link: on one queue at a time: c->sendq or c->ctrlq, then
-	 * sq->batch, then sq->posted; or the ctx's free ops. */
+	 * sq->batch, then sq->posted; or, free, the ctx's stash of ops. */
 	struct evr__wr h;
 	const struct evr__op_class *cls;
 	evr_op_cb cb;

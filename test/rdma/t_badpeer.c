@@ -167,7 +167,7 @@ static bool is_literal_case(enum bad_case c)
 
 /*
  * Wire bytes written out by hand from the layout documented in proto.h and
- * the README ("Wire protocol"), not produced by the library's encoder.  A
+ * docs/protocol.md, not produced by the library's encoder.  A
  * message header is 8 bytes: type u8 | flags u8 | credits u16 | len u32,
  * multi-byte fields little endian; types EAGER 1, RNDV_REQ 2, RNDV_FIN 3,
  * CREDIT 4, BYE 5, CANCEL 6.
@@ -1107,7 +1107,8 @@ static void run_bad_peers(enum pass pass)
 		printf("# the device has no type 2 memory windows: every pass "
 		       "tests the registrations\n");
 	/* with windows unless the device has none, or they were turned off,
-	 * or the library does not trust this device's (rdma_rxe: README) */
+	 * or the library does not trust this device's (rdma_rxe:
+	 * docs/protocol.md, "What a peer can touch") */
 	if (!mw || pass == PASS_NO_WINDOWS)
 		assert_int_equal(st.rndv_access, EVR_RNDV_REGISTER);
 	else if (pass == PASS_INSIDE)

@@ -2,7 +2,7 @@
 /*
  * The embedding contract in libuv: a uv_poll_t on evr_ctx_fd() plus a
  * uv_timer_t re-armed from evr_ctx_timeout_ms() before the loop sleeps
- * (a uv_prepare_t), as the README describes.  A client and a server
+ * (a uv_prepare_t), as evrdma(7) describes.  A client and a server
  * connection in one embedded ctx ping-pong with think time between round
  * trips driven by libuv timers; a stall (no progress for seconds while a
  * message is in flight) fails the test.

@@ -160,7 +160,7 @@ static uint64_t *steady(double rate, uint64_t dur, unsigned jit_pct, size_t *n)
 	return at;
 }
 
-/* The configuration of a default ctx is the one README documents; the
+/* The configuration of a default ctx is the one evrdma(7) documents; the
  * options' thresholds go through, and each EVR_ADAPT_* variable applies to
  * a threshold the options leave unset (a malformed one is ignored).  The
  * precedence itself is test_opts's. */
