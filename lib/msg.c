@@ -1133,6 +1133,133 @@ static int fin_got(evr_conn *c, const struct evr__parsed *p)
 	return 0;
 }
 
+/* What each type of message does once parsed and its credits counted
+ * (process_recv): the handler owns b from here -- it reposts it, keeps it
+ * for delivery, or puts it back on a protocol error.  A new message type
+ * is its parser's case in proto.c, its handler here and its entry in
+ * rx_types[]. */
+typedef void (*rx_type_fn)(evr_conn *c, struct evr__buf *b,
+			   const struct evr__parsed *p);
+
+/* a credit update; with a shared queue, the idle cycle's ask or give-back
+ * (conn.c on_idle): only towards a window we lend, which the bank has
+ * grown already for an ask */
+static void rx_credit(evr_conn *c, struct evr__buf *b,
+		      const struct evr__parsed *p)
+{
+	evr_ctx *ctx = c->ctx;
+
+	if (p->hdr.flags && !(c->srq && c->lend_init)) {
+		evr__conn_recv_put(c, b);
+		proto_error(c, "window flags from a peer lent no window");
+		return;
+	}
+	if (p->give && evr__bank_giveback(&ctx->bank, &c->bank, p->give)) {
+		evr__conn_recv_put(c, b);
+		proto_error(c, "more credits given back than lent");
+		return;
+	}
+	/* with a shared queue the bank tells the credit state when (and if)
+	 * it re-grants this buffer's credit; an ask is no bare update: its
+	 * credit comes back at once (a starved peer), so that it can ask
+	 * again */
+	if (c->srq)
+		b->update = !(p->hdr.flags & EVR_F_WANT);
+	else
+		evr__credit_got_update(&c->cr);
+	repost(c, b);
+}
+
+/* the peer closes gracefully: everything it sent is here */
+static void rx_bye(evr_conn *c, struct evr__buf *b, const struct evr__parsed *p)
+{
+	(void)p;
+	c->peer_bye = true;
+	repost(c, b);
+}
+
+/* an eager message: delivered now, or queued behind a rendezvous read */
+static void rx_eager(evr_conn *c, struct evr__buf *b,
+		     const struct evr__parsed *p)
+{
+	struct evr__rx *rx;
+
+	if (evr__list_empty(&c->rxq)) {
+		deliver(c, b, NULL, p->payload, p->plen, p->hdr.flags & CALLF,
+			p->call_id);
+		return;
+	}
+	rx = calloc(1, sizeof(*rx));
+	if (!rx) {
+		evr__conn_recv_put(c, b);
+		evr__conn_fail(c, -ENOMEM);
+		return;
+	}
+	rx->ready = true;
+	rx->buf = b;
+	rx->data = (uint8_t *)p->payload;
+	rx->len = p->plen;
+	rx->call_flags = p->hdr.flags & CALLF;
+	rx->call_id = p->call_id;
+	rx_push(c, rx);
+}
+
+/* a rendezvous request: read the peer's buffer, in order of arrival */
+static void rx_rndv_req(evr_conn *c, struct evr__buf *b,
+			const struct evr__parsed *p)
+{
+	evr_ctx *ctx = c->ctx;
+	struct evr__rx *rx;
+
+	repost(c, b);
+	rx = calloc(1, sizeof(*rx));
+	if (!rx) {
+		evr__conn_fail(c, -ENOMEM);
+		return;
+	}
+	rx->rndv = true;
+	rx->len = p->rndv.len;
+	rx->raddr = p->rndv.addr;
+	rx->rkey = p->rndv.rkey;
+	rx->id = p->rndv.id;
+	rx->call_flags = p->hdr.flags & CALLF;
+	rx->call_id = p->call_id;
+	if ((rx->call_flags & EVR_F_REPLY) &&
+	    !ctx->hooks.rpc_live(c, rx->call_id)) {
+		/* its call is over: not read, no copy */
+		rx->skip = rx->dropped = true;
+		ctx->st.late_replies++;
+	}
+	rx_push(c, rx);
+	rx_fins(c);
+	rx_start_reads(c);
+	deliver_ready(c); /* a skipped one at the head goes */
+}
+
+/* the peer gave up a call it made */
+static void rx_cancel_call(evr_conn *c, struct evr__buf *b,
+			   const struct evr__parsed *p)
+{
+	repost(c, b);
+	rx_cancel(c, p->call_id);
+}
+
+/* the peer read one of our rendezvous messages */
+static void rx_rndv_fin(evr_conn *c, struct evr__buf *b,
+			const struct evr__parsed *p)
+{
+	repost(c, b);
+	if (fin_got(c, p))
+		proto_error(c, "rendezvous finish for an unknown id");
+}
+
+/* Indexed by type: the parser let through only the types listed here. */
+static const rx_type_fn rx_types[EVR_T_MAX + 1] = {
+	[EVR_T_EAGER] = rx_eager,	[EVR_T_RNDV_REQ] = rx_rndv_req,
+	[EVR_T_RNDV_FIN] = rx_rndv_fin, [EVR_T_CREDIT] = rx_credit,
+	[EVR_T_BYE] = rx_bye,		[EVR_T_CANCEL] = rx_cancel_call,
+};
+
 static void process_recv(evr_conn *c, struct evr__buf *b,
 			 const struct ibv_wc *wc)
 {
@@ -1143,7 +1270,6 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 				   ctx->o.max_msg_size, c->agreed };
 	struct evr__parsed p;
 	const char *why = "?";
-	struct evr__rx *rx;
 
 	if (c->srq) {
 		/* the bank first: it counts what the sender's window allowed
@@ -1200,96 +1326,16 @@ static void process_recv(evr_conn *c, struct evr__buf *b,
 		}
 	}
 
-	switch (p.hdr.type) {
-	case EVR_T_CREDIT:
-		/* the idle cycle (conn.c on_idle): only towards a window we
-		 * lend; the bank has grown it already for an ask */
-		if (p.hdr.flags && !(c->srq && c->lend_init)) {
-			evr__conn_recv_put(c, b);
-			proto_error(c,
-				    "window flags from a peer lent no window");
-			return;
-		}
-		if (p.give &&
-		    evr__bank_giveback(&ctx->bank, &c->bank, p.give)) {
-			evr__conn_recv_put(c, b);
-			proto_error(c, "more credits given back than lent");
-			return;
-		}
-		/* with a shared queue the bank tells the credit state when
-		 * (and if) it re-grants this buffer's credit; an ask is no
-		 * bare update: its credit comes back at once (a starved
-		 * peer), so that it can ask again */
-		if (c->srq)
-			b->update = !(p.hdr.flags & EVR_F_WANT);
-		else
-			evr__credit_got_update(&c->cr);
-		repost(c, b);
+	if (p.hdr.type == EVR_T_EAGER) { /* the common case: a direct call */
+		rx_eager(c, b, &p);
 		return;
-	case EVR_T_BYE:
-		/* the peer closes gracefully: everything it sent is here */
-		c->peer_bye = true;
-		repost(c, b);
-		return;
-	case EVR_T_EAGER:
-		if (evr__list_empty(&c->rxq)) {
-			deliver(c, b, NULL, p.payload, p.plen,
-				p.hdr.flags & CALLF, p.call_id);
-			return;
-		}
-		rx = calloc(1, sizeof(*rx));
-		if (!rx) {
-			evr__conn_recv_put(c, b);
-			evr__conn_fail(c, -ENOMEM);
-			return;
-		}
-		rx->ready = true;
-		rx->buf = b;
-		rx->data = (uint8_t *)p.payload;
-		rx->len = p.plen;
-		rx->call_flags = p.hdr.flags & CALLF;
-		rx->call_id = p.call_id;
-		rx_push(c, rx);
-		return;
-	case EVR_T_RNDV_REQ:
-		repost(c, b);
-		rx = calloc(1, sizeof(*rx));
-		if (!rx) {
-			evr__conn_fail(c, -ENOMEM);
-			return;
-		}
-		rx->rndv = true;
-		rx->len = p.rndv.len;
-		rx->raddr = p.rndv.addr;
-		rx->rkey = p.rndv.rkey;
-		rx->id = p.rndv.id;
-		rx->call_flags = p.hdr.flags & CALLF;
-		rx->call_id = p.call_id;
-		if ((rx->call_flags & EVR_F_REPLY) &&
-		    !ctx->hooks.rpc_live(c, rx->call_id)) {
-			/* its call is over: not read, no copy */
-			rx->skip = rx->dropped = true;
-			ctx->st.late_replies++;
-		}
-		rx_push(c, rx);
-		rx_fins(c);
-		rx_start_reads(c);
-		deliver_ready(c); /* a skipped one at the head goes */
-		return;
-	case EVR_T_CANCEL:
-		repost(c, b);
-		rx_cancel(c, p.call_id);
-		return;
-	case EVR_T_RNDV_FIN:
-		repost(c, b);
-		if (fin_got(c, &p))
-			proto_error(c, "rendezvous finish for an unknown id");
-		return;
-	default:
-		evr__conn_recv_put(c, b);
+	}
+	if (p.hdr.type > EVR_T_MAX || !rx_types[p.hdr.type]) {
+		evr__conn_recv_put(c, b); /* the parser knows no other */
 		proto_error(c, "unknown message type");
 		return;
 	}
+	rx_types[p.hdr.type](c, b, &p);
 }
 
 /* The CQ's entry for a receive buffer (its head's done). */
