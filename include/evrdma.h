@@ -460,6 +460,14 @@ struct evr_stats {
 };
 
 EVR_EXPORT void evr_ctx_stats(const evr_ctx *ctx, struct evr_stats *out);
+/** Write *st as one line of JSON, an object of every field under its name
+ *  (mode and rndv_access as words, memlock_limit null for no limit),
+ *  NUL-terminated, into buf of len bytes.  Returns the line's length
+ *  without the NUL, as snprintf(3): len or more means it was cut short;
+ *  buf NULL with len 0 only counts.  -EINVAL for st NULL, or buf NULL
+ *  with len > 0.  Pure: any thread, on a copy evr_ctx_stats() made. */
+EVR_EXPORT int evr_stats_json(const struct evr_stats *st, char *buf,
+			      size_t len);
 
 /** Called on each switch ADAPTIVE makes (from loop processing), not for
  *  evr_ctx_set_mode(). */

@@ -17,6 +17,7 @@
  * Addresses are numeric (IPv4 or IPv6): name resolution would block.
  */
 #include "evrdma-int.h"
+#include "probe.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -280,6 +281,7 @@ static void on_rejected(evr_conn *c, const struct cm_ev *e)
 		EVR_INFO(c->ctx, "connect rejected (cm status %d%s)", e->status,
 			 e->status == 28 ? ": no listener on that port" : "");
 	}
+	EVR_PROBE2(connect_refused, c, e->status);
 	evr__conn_fail(c, -ECONNREFUSED);
 }
 
@@ -498,6 +500,7 @@ static void reject_id(struct rdma_cm_id *id, const char *reason)
 	hs.user_len = (uint8_t)n;
 	memcpy(hs.user, reason, n);
 	n = evr__hs_encode(buf, &hs);
+	EVR_PROBE2(request_refused, id, reason);
 	rdma_reject(id, buf, (uint8_t)n);
 }
 
@@ -721,6 +724,7 @@ int evr_reject(evr_conn_req *req, const void *reason, size_t len)
 		memcpy(hs.user, reason, len);
 	n = evr__hs_encode(buf, &hs);
 	req->answered = true;
+	EVR_PROBE2(request_refused, req->id, "evr_reject");
 	if (rdma_reject(req->id, buf, (uint8_t)n)) {
 		int err = -errno;
 

@@ -17,6 +17,7 @@
  * destroyed -- so a stale wr_id can never point at freed memory.
  */
 #include "evrdma-int.h"
+#include "probe.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -88,6 +89,7 @@ void evr__conn_to(evr_conn *c, enum evr__conn_state to)
 	if (from <= EVR_CS_ESTABLISHED && to > EVR_CS_ESTABLISHED)
 		c->ended_in = from;
 	c->state = to;
+	EVR_PROBE3(conn_state, c, (int)from, (int)to);
 }
 
 static void on_timer(struct evr__timer *t);

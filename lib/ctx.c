@@ -7,6 +7,7 @@
  * open, every callback fired once, before anything is freed.
  */
 #include "evrdma-int.h"
+#include "probe.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -248,8 +249,11 @@ int evr_ctx_set_mode(evr_ctx *ctx, enum evr_mode mode)
 	ctx->mode = mode;
 	poll = mode == EVR_MODE_POLL ||
 	       (mode == EVR_MODE_ADAPTIVE && ctx->polling);
-	if (poll != ctx->polling)
+	if (poll != ctx->polling) {
 		ctx->st.mode_switches++;
+		EVR_PROBE2(mode_switch, ctx,
+			   (int)(poll ? EVR_MODE_POLL : EVR_MODE_EVENT));
+	}
 	evr__adapt_force(&ctx->adapt, poll, evr__loop_ns(ctx));
 	evr__loop_set_polling(ctx, poll);
 	return 0;

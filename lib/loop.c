@@ -29,6 +29,7 @@
  * adaptive mode's decisions are adapt.c's; this file applies them.
  */
 #include "evrdma-int.h"
+#include "probe.h"
 
 #include <errno.h>
 
@@ -104,6 +105,7 @@ static void to_poll(evr_ctx *ctx)
 	evr__loop_set_polling(ctx, true);
 	ctx->spin_t0 = 0; /* POLL takes answers as they come */
 	ctx->st.mode_switches++;
+	EVR_PROBE2(mode_switch, ctx, (int)EVR_MODE_POLL);
 	if (ctx->mode_cb)
 		ctx->mode_cb(ctx, EVR_MODE_POLL, ctx->mode_arg);
 }
@@ -245,6 +247,7 @@ static void on_check(struct ev_loop *loop, ev_check *w, int revents)
 	if (ctx->polling && ctx->mode == EVR_MODE_ADAPTIVE &&
 	    evr__adapt_poll(&ctx->adapt, evr__loop_ns(ctx), total)) {
 		ctx->st.mode_switches++;
+		EVR_PROBE2(mode_switch, ctx, (int)EVR_MODE_EVENT);
 		evr__loop_set_polling(ctx, false);
 		ctx->need_arm = false;
 		arm_all(ctx); /* we are in the loop: arm and re-poll now */

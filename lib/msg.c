@@ -22,6 +22,7 @@
  * (its receive buffer, and so its credit, is kept until then).
  */
 #include "evrdma-int.h"
+#include "probe.h"
 
 #include <endian.h>
 #include <errno.h>
@@ -195,6 +196,7 @@ static EVR__ALWAYS_INLINE int send_common(evr_conn *c, const void *buf,
 	c->nsendq_credit++;
 	evr__list_add_tail(&c->sendq, &op->h.link);
 	evr__conn_dirty(c);
+	EVR_PROBE2(msg_send, c, len);
 	if (opp)
 		*opp = op;
 	return 0;
@@ -842,6 +844,7 @@ static EVR__ALWAYS_INLINE void deliver(evr_conn *c, struct evr__buf *b,
 
 	ctx->st.msgs_recv++;
 	ctx->st.bytes_recv += len;
+	EVR_PROBE2(msg_recv, c, len);
 	if (c->state >= EVR_CS_FAILED || (!flags && !c->o.on_recv)) {
 		if (b)
 			repost(c, b);

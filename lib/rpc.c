@@ -24,6 +24,7 @@
  * dropped, also after the conn ended.
  */
 #include "evrdma-int.h"
+#include "probe.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -102,6 +103,7 @@ static void call_end(struct rpc_call *k, const void *data, size_t len)
 		ctx->st.calls_expired++;
 	else if (k->cause == BY_CANCEL)
 		ctx->st.calls_cancelled++;
+	EVR_PROBE3(call_end, c, k->id, status);
 	if (k->reply) {
 		evr__msg_redeliver(c, k->reply, reply_cb, k);
 		call_free(ctx, k);
@@ -226,6 +228,7 @@ int evr_call(evr_conn *c, const void *req, size_t len, unsigned timeout_ms,
 	if (timeout_ms)
 		evr__ctx_timer_after(ctx, &k->tm, timeout_ms / 1000.0);
 	ctx->st.calls++;
+	EVR_PROBE3(call_start, c, k->id, len);
 	if (idp)
 		*idp = k->id;
 	return 0;

@@ -153,10 +153,24 @@ static int run_client(const char *sizes, const char *n, const char *w,
 	return wait_exit(spawn(argv), 120);
 }
 
+/* A number field of a JSON line of evr_stats_json; -1 when absent. */
+static long long json_num(const char *line, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(line, pat);
+	return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
 static void test_echo_server(void **state)
 {
+	/* -S: the stats as JSON every 10 s (a few lines: the pipe holds
+	 * them until teardown) and at exit */
 	char *srv[] = {"samples/echo_server", "-a", (char *)rt_addr(), "-p",
-		       port_str, "-n", "7", NULL};
+		       port_str, "-n", "7", "-S", "10", NULL};
+	char line[4096], last[4096] = "";
 	pid_t s;
 
 	(void)state;
@@ -170,6 +184,18 @@ static void test_echo_server(void **state)
 	assert_int_equal(run_client("4k,200k", "200", "4", "2", "poll"), 0);
 	/* the server exits 0 after its 7 connections closed */
 	assert_int_equal(wait_exit(s, 30), 0);
+	/* its last JSON line, at exit: every message it got echoed */
+	while (fgets(line, sizeof(line), server_out)) {
+		printf("%s", line);
+		if (line[0] == '{')
+			snprintf(last, sizeof(last), "%s", line);
+	}
+	assert_true(last[0] == '{');
+	assert_true(json_num(last, "msgs_recv") > 0);
+	assert_int_equal(json_num(last, "msgs_sent"),
+			 json_num(last, "msgs_recv"));
+	assert_int_equal(json_num(last, "bytes_sent"),
+			 json_num(last, "bytes_recv"));
 }
 
 /* One listener, connections spread over 3 worker threads: echo_client

@@ -823,9 +823,35 @@ static void test_listen_fails(void **state)
 			 -EINVAL);
 }
 
+/* evr_ctx_set_mode: each change of the mode in effect counted once (and
+ * traced: the mode_switch probe), a repeat not, a bad mode refused. */
+static void test_set_mode(void **state)
+{
+	struct fix *f = *state;
+	struct evr_stats st;
+	uint64_t n0;
+
+	/* the peer's ctx polls (peer_ctx_opts) */
+	assert_int_equal(evr_ctx_mode(f->ctx), EVR_MODE_POLL);
+	evr_ctx_stats(f->ctx, &st);
+	n0 = st.mode_switches;
+	assert_int_equal(evr_ctx_set_mode(f->ctx, EVR_MODE_EVENT), 0);
+	assert_int_equal(evr_ctx_mode(f->ctx), EVR_MODE_EVENT);
+	assert_int_equal(evr_ctx_set_mode(f->ctx, EVR_MODE_EVENT), 0);
+	evr_ctx_stats(f->ctx, &st);
+	assert_int_equal(st.mode_switches, n0 + 1);
+	assert_int_equal(evr_ctx_set_mode(f->ctx, EVR_MODE_POLL), 0);
+	assert_int_equal(evr_ctx_mode(f->ctx), EVR_MODE_POLL);
+	evr_ctx_stats(f->ctx, &st);
+	assert_int_equal(st.mode_switches, n0 + 2);
+	assert_int_equal(evr_ctx_set_mode(f->ctx, (enum evr_mode)7), -EINVAL);
+	assert_int_equal(evr_ctx_mode(f->ctx), EVR_MODE_POLL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_set_mode, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_connect_path, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_send_before_established,

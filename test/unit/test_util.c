@@ -120,11 +120,135 @@ static void test_names_table(void **state)
 	assert_string_equal(evr_strerror(0), "success");
 }
 
+/* A strict reader of evr_stats_json's shape: {"key":value,...} with keys
+ * of [a-z_], values unsigned integers, words in quotes or null, nothing
+ * after the closing brace.  Returns the number of pairs (keys unique), or
+ * -1 with *at where it went wrong. */
+static int json_pairs(const char *s, const char **at)
+{
+	static char keys[64][32];
+	int n = 0;
+
+	*at = s;
+	if (*s++ != '{')
+		return -1;
+	for (;;) {
+		size_t k = 0;
+
+		*at = s;
+		if (*s++ != '"')
+			return -1;
+		while ((*s >= 'a' && *s <= 'z') || *s == '_')
+			if (k < sizeof(keys[0]) - 1)
+				keys[n][k++] = *s++;
+			else
+				return -1;
+		keys[n][k] = '\0';
+		if (!k || *s++ != '"' || *s++ != ':')
+			return -1;
+		for (int i = 0; i < n; i++)
+			if (!strcmp(keys[i], keys[n]))
+				return -1; /* a key twice */
+		*at = s;
+		if (*s == '"') {
+			s++;
+			if (!(*s >= 'a' && *s <= 'z'))
+				return -1;
+			while (*s >= 'a' && *s <= 'z')
+				s++;
+			if (*s++ != '"')
+				return -1;
+		} else if (!strncmp(s, "null", 4)) {
+			s += 4;
+		} else {
+			if (!(*s >= '0' && *s <= '9') || (*s == '0' && s[1] >= '0' && s[1] <= '9'))
+				return -1;
+			while (*s >= '0' && *s <= '9')
+				s++;
+		}
+		if (++n == 64)
+			return -1;
+		*at = s;
+		if (*s == '}')
+			return s[1] ? -1 : n;
+		if (*s++ != ',')
+			return -1;
+	}
+}
+
+/* evr_stats_json: every field once under its name, its value exactly,
+ * words for the enums, null for no locked-memory limit; snprintf's
+ * contract for a short buffer; bad arguments refused. */
+static void test_stats_json(void **state)
+{
+	struct evr_stats st;
+	char line[4096], small[64];
+	const char *at;
+	int n, k;
+
+	(void)state;
+	memset(&st, 0, sizeof(st));
+	st.wakeups = 1;
+	st.msgs_sent = 18446744073709551615ull - 1;
+	st.conns = 4000000000u;
+	st.mode = EVR_MODE_POLL;
+	st.memlock_limit = UINT64_MAX;
+	st.srq_lent = 7;
+	st.rndv_access = EVR_RNDV_WINDOW;
+	st.zero_copy_sends = 99;
+	n = evr_stats_json(&st, line, sizeof(line));
+	assert_true(n > 0 && (size_t)n < sizeof(line));
+	assert_int_equal(strlen(line), (size_t)n);
+	k = json_pairs(line, &at);
+	if (k < 0)
+		fail_msg("not the expected JSON at \"%.20s\" in %s", at, line);
+	/* 47 numbers, mode, rndv_access and memlock_limit: struct evr_stats'
+	 * 50 fields (stats.c asserts none was appended unlisted) */
+	assert_int_equal(k, 50);
+	assert_non_null(strstr(line, "{\"wakeups\":1,\"polls\":0,"));
+	assert_non_null(strstr(line, ",\"msgs_sent\":18446744073709551614,"));
+	assert_non_null(strstr(line, ",\"conns\":4000000000,"));
+	assert_non_null(strstr(line, ",\"mode\":\"poll\","));
+	assert_non_null(strstr(line, ",\"memlock_limit\":null,"));
+	assert_non_null(strstr(line, ",\"srq_lent\":7,"));
+	assert_non_null(strstr(line, ",\"rndv_access\":\"window\","));
+	assert_non_null(strstr(line, ",\"zero_copy_sends\":99}"));
+	assert_null(strchr(line, '\n'));
+	st.memlock_limit = 8u << 20;
+	st.mode = EVR_MODE_EVENT;
+	st.rndv_access = EVR_RNDV_REGISTER;
+	n = evr_stats_json(&st, line, sizeof(line));
+	assert_int_equal(json_pairs(line, &at), 50);
+	assert_non_null(strstr(line, ",\"memlock_limit\":8388608,"));
+	assert_non_null(strstr(line, ",\"mode\":\"event\","));
+	assert_non_null(strstr(line, ",\"rndv_access\":\"register\","));
+
+	/* short buffers: the whole length returned, a NUL-terminated
+	 * prefix written, nothing past len */
+	assert_int_equal(evr_stats_json(&st, NULL, 0), n);
+	for (size_t len = 1; len < sizeof(small); len++) {
+		memset(small, 'x', sizeof(small));
+		assert_int_equal(evr_stats_json(&st, small, len), n);
+		assert_int_equal(strlen(small), len - 1);
+		assert_memory_equal(small, line, len - 1);
+		for (size_t i = len; i < sizeof(small); i++)
+			assert_int_equal(small[i], 'x');
+	}
+	assert_int_equal(evr_stats_json(&st, line, (size_t)n), n);
+	assert_int_equal(strlen(line), (size_t)n - 1);
+	assert_int_equal(evr_stats_json(&st, line, (size_t)n + 1), n);
+	assert_int_equal(strlen(line), (size_t)n);
+
+	assert_int_equal(evr_stats_json(NULL, line, sizeof(line)), -EINVAL);
+	assert_int_equal(evr_stats_json(&st, NULL, 5), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(test_documented_errnos_have_names),
 	    cmocka_unit_test(test_names_table),
+	    cmocka_unit_test(test_stats_json),
 	};
 
 	return cmocka_run_group_tests_name("util", tests, NULL, NULL);
