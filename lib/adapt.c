@@ -22,7 +22,9 @@
  * configuration from evr__tune_resolve() (opts.c), which a ctx and the
  * unit tests share.
  */
-#include "evrdma-int.h"
+#include "config.h"
+
+#include "adapt.h"
 
 void evr__adapt_init(struct evr__adapt *a, const struct evr__adapt_cfg *cfg,
 		     uint64_t now_ns)

@@ -13,7 +13,9 @@
  * while arming: each owner reserves its slots when it is made
  * (evr__timers_reserve), so that arming cannot fail in a callback.
  */
-#include "evrdma-int.h"
+#include "config.h"
+
+#include "timer.h"
 
 #include <assert.h>
 #include <errno.h>

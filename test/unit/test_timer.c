@@ -18,7 +18,8 @@
 
 #include <cmocka.h>
 
-#include "evrdma-int.h"
+#include "timer.h"
+#include "queue.h"
 
 #define N 200
 
