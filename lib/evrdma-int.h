@@ -320,6 +320,12 @@ struct evr__op {
 	uint8_t copy[EVR_SEND_COPY_MAX];
 };
 
+/* The send op may not grow: 232 bytes on LP64 today (docs/architecture.md),
+ * of which 64 are the copy of a small message; the core/transport split
+ * of the op (docs/transport.md, step 7) is to bring it to 128. */
+_Static_assert(sizeof(struct evr__op) <= 232,
+	       "struct evr__op grew: docs/architecture.md states its size");
+
 #define evr__op_of(w)	 evr__container_of((w), struct evr__op, h)
 #define evr__op_first(q) evr__list_first_entry((q), struct evr__op, h.link)
 
@@ -432,6 +438,10 @@ struct evr__buf {
 	uint8_t wc_flags; /* IBV_WC_WITH_IMM */
 	bool update;	  /* SRQ: held a bare credit update (bank.h repost) */
 };
+
+/* The receive head: a cache line, next to the data it heads. */
+_Static_assert(sizeof(struct evr__buf) <= 64,
+	       "struct evr__buf (the receive head) outgrew a cache line");
 
 #define evr__buf_link(b) (&(b)->h.link)
 #define evr__buf_pop(q)	 evr__list_pop_entry((q), struct evr__buf, h.link)
