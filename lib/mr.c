@@ -116,36 +116,6 @@ void evr_mr_rkey(const evr_mr *m, struct evr_rkey *out)
 	out->rkey = m->mr->rkey;
 }
 
-static void le_put(uint8_t *p, uint64_t v, int n)
-{
-	for (int i = 0; i < n; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t le_get(const uint8_t *p, int n)
-{
-	uint64_t v = 0;
-
-	for (int i = 0; i < n; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
-void evr_rkey_pack(const struct evr_rkey *rk, uint8_t out[EVR_RKEY_PACKED_SIZE])
-{
-	le_put(out, rk->addr, 8);
-	le_put(out + 8, rk->len, 8);
-	le_put(out + 16, rk->rkey, 4);
-}
-
-void evr_rkey_unpack(struct evr_rkey *rk,
-		     const uint8_t in[EVR_RKEY_PACKED_SIZE])
-{
-	rk->addr = le_get(in, 8);
-	rk->len = le_get(in + 8, 8);
-	rk->rkey = (uint32_t)le_get(in + 16, 4);
-}
-
 /* ---- registration cache ---- */
 
 static void reg_free(evr_ctx *ctx, struct evr__reg *r)

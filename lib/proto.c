@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "bank.h"
+#include "evrdma.h"
 #include "proto.h"
 
 static void put16(uint8_t *p, uint16_t v)
@@ -341,4 +342,21 @@ int evr__hs_decode(const void *buf, size_t n, struct evr__hs *out,
 	if (out->max_msg < out->max_eager)
 		FAIL("peer maximum message smaller than its eager size");
 	return 0;
+}
+
+/* ---- a remote key as 20 bytes (evrdma.h, docs/protocol.md) ---- */
+
+void evr_rkey_pack(const struct evr_rkey *rk, uint8_t out[EVR_RKEY_PACKED_SIZE])
+{
+	put64(out, rk->addr);
+	put64(out + 8, rk->len);
+	put32(out + 16, rk->rkey);
+}
+
+void evr_rkey_unpack(struct evr_rkey *rk,
+		     const uint8_t in[EVR_RKEY_PACKED_SIZE])
+{
+	rk->addr = get64(in);
+	rk->len = get64(in + 8);
+	rk->rkey = get32(in + 16);
 }

@@ -24,7 +24,9 @@
 #include <cmocka.h>
 
 #include "calltab.h"
-#include "evrdma-int.h"
+#include "queue.h"
+#include "stash.h"
+#include "timer.h"
 
 static void test_limits(void **state)
 {
