@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 
 #include <cmocka.h>
 
@@ -848,9 +849,66 @@ static void test_set_mode(void **state)
 	assert_int_equal(evr_ctx_mode(f->ctx), EVR_MODE_POLL);
 }
 
+/* The embedding API on the mocked stack: one epoll fd, the same on each
+ * call, holding the cm channel, the queue of calls from other threads
+ * and, once the ctx binds to a device, the device's fds -- readable when
+ * an event waits; the time to the next deadline (0 while polling, -1
+ * with no deadline, else the connect's bound); bad arguments refused. */
+static void test_embed(void **state)
+{
+	struct fix *f = *state;
+	struct peer *p = &f->p;
+	struct evr_conn_opts o;
+	struct epoll_event ev;
+	unsigned bound;
+	int fd, t;
+
+	fd = evr_ctx_fd(f->ctx);
+	assert_true(fd >= 0);
+	assert_int_equal(evr_ctx_fd(f->ctx), fd);
+	assert_int_equal(epoll_wait(fd, &ev, 1, 0), 0);
+	/* the peer's ctx polls: the host must come back at once */
+	assert_int_equal(evr_ctx_timeout_ms(f->ctx), 0);
+	assert_int_equal(evr_ctx_set_mode(f->ctx, EVR_MODE_EVENT), 0);
+	assert_int_equal(evr_ctx_process(f->ctx), 0); /* arms, re-polls */
+	assert_int_equal(evr_ctx_timeout_ms(f->ctx), -1);
+
+	peer_conn_opts(p, &o);
+	o.timeout_ms = 4000;
+	assert_int_equal(evr_connect(f->ctx, "192.0.2.7", 4791, &o, &p->conn),
+			 0);
+	p->id = mock_cm_last_id();
+	assert_int_equal(evr_ctx_process(f->ctx), 0);
+	bound = EVR__MAX(4000u, f->ctx->o.connect_reply_ms);
+	t = evr_ctx_timeout_ms(f->ctx);
+	assert_true(t > 0 && (unsigned)t <= bound);
+
+	/* a cm event wakes the fd; processing takes it */
+	mock_cm_event(p->id, RDMA_CM_EVENT_ADDR_RESOLVED, 0, NULL, 0);
+	assert_int_equal(epoll_wait(fd, &ev, 1, 0), 1);
+	assert_int_equal(evr_ctx_process(f->ctx), 0);
+	assert_int_equal(p->conn->state, EVR_CS_RESOLVING_ROUTE);
+	/* the route binds the device: its fds join the set */
+	mock_cm_event(p->id, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, NULL, 0);
+	assert_int_equal(evr_ctx_process(f->ctx), 0);
+	assert_int_equal(p->conn->state, EVR_CS_CONNECTING);
+	assert_non_null(f->ctx->pd);
+	assert_int_equal(epoll_ctl(fd, EPOLL_CTL_ADD, f->ctx->ch->fd, &ev), -1);
+	assert_int_equal(errno, EEXIST);
+	assert_int_equal(epoll_ctl(fd, EPOLL_CTL_ADD,
+				   f->ctx->verbs->async_fd, &ev),
+			 -1);
+	assert_int_equal(errno, EEXIST);
+
+	assert_int_equal(evr_ctx_fd(NULL), -EINVAL);
+	assert_int_equal(evr_ctx_process(NULL), -EINVAL);
+	assert_int_equal(evr_ctx_timeout_ms(NULL), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_embed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_set_mode, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_connect_path, setup,
 						teardown),
