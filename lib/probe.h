@@ -15,11 +15,9 @@
 
 #ifdef EVR_HAVE_PROBES
 #include <sys/sdt.h>
-#define EVR_PROBE1(name, a)	  DTRACE_PROBE1(evrdma, name, a)
 #define EVR_PROBE2(name, a, b)	  DTRACE_PROBE2(evrdma, name, a, b)
 #define EVR_PROBE3(name, a, b, c) DTRACE_PROBE3(evrdma, name, a, b, c)
 #else
-#define EVR_PROBE1(name, a)	  ((void)0)
 #define EVR_PROBE2(name, a, b)	  ((void)0)
 #define EVR_PROBE3(name, a, b, c) ((void)0)
 #endif
